@@ -1,0 +1,72 @@
+//! `Baseline`: the C++ design ported faithfully — one `RwLock<HashMap>`, read lock for lookups,
+//! write lock for inserts. Kept for comparison; it shares the crate's hasher ([`RankHasher`]).
+
+use core::hash::BuildHasherDefault;
+use std::collections::HashMap;
+
+use super::{Backend, Sealed};
+use crate::primitive::RwLock;
+use crate::snapshot::{Erased, RankHasher};
+
+/// `RwLock<HashMap>` backend: the C++ `shared_mutex` + `unordered_map` design, for comparison.
+///
+/// Lookups take the read lock (a shared reader count every reader writes), first touches the
+/// write lock. Unlike the C++ original, `init` runs outside the lock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Baseline;
+
+#[doc(hidden)]
+pub type BaselineMap = RwLock<HashMap<u64, Erased, BuildHasherDefault<RankHasher>>>;
+
+impl Sealed for Baseline {}
+
+fn read(map: &BaselineMap) -> impl core::ops::Deref<Target = HashMap<u64, Erased, BuildHasherDefault<RankHasher>>> + '_ {
+    map.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Backend for Baseline {
+    const NAME: &'static str = "baseline";
+    type Map = BaselineMap;
+    type Iter<'a> = std::vec::IntoIter<(u64, Erased)>;
+
+    #[cfg(not(loom))]
+    #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
+    const EMPTY: BaselineMap = RwLock::new(HashMap::with_hasher(BuildHasherDefault::new()));
+
+    #[cfg(loom)]
+    fn empty() -> BaselineMap {
+        RwLock::new(HashMap::with_hasher(BuildHasherDefault::default()))
+    }
+
+    #[inline]
+    fn get(map: &BaselineMap, rank: u64) -> Option<Erased> {
+        read(map).get(&rank).copied()
+    }
+
+    fn insert(map: &BaselineMap, rank: u64, ptr: Erased) {
+        map.write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(rank, ptr);
+    }
+
+    fn len(map: &BaselineMap) -> usize {
+        read(map).len()
+    }
+
+    /// Copies the entries out under the read lock: holding the lock while the caller iterates
+    /// would deadlock a `get` that inserts from inside the loop.
+    fn iter(map: &BaselineMap) -> Self::Iter<'_> {
+        let entries: Vec<_> = read(map).iter().map(|(&k, &p)| (k, p)).collect();
+        entries.into_iter()
+    }
+
+    fn retain(map: &mut BaselineMap, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
+        let map = map
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let gone: Vec<u64> = map.keys().copied().filter(|&k| !keep(k)).collect();
+        gone.into_iter()
+            .filter_map(|k| map.remove(&k).map(|p| (k, p)))
+            .collect()
+    }
+}

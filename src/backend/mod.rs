@@ -1,0 +1,77 @@
+//! The map backends: where a `RankLocal` keeps its rank → instance map.
+//!
+//! All three implement [`Backend`] over the same type-erased entries (rank id → pointer to a
+//! stable `Box<T>`), so the same `RankLocal` code, tests and benchmarks run on each:
+//!
+//! | backend | read (`get` on a cache miss) | publish (first touch) | reclamation |
+//! |---|---|---|---|
+//! | [`Epoch`] (default) | pin, load snapshot, probe | copy snapshot + 1, store, `defer_destroy` old | crossbeam-epoch |
+//! | [`ArcSwap`] | `arc_swap` load (debt slot), probe | copy snapshot + 1, store | `Arc` refcount |
+//! | [`Baseline`] | read lock, `HashMap` probe | write lock, insert | none needed |
+//!
+//! Writers are serialized by the `RankLocal` (its init lock), so a backend's `insert` never races
+//! another `insert`; readers race everything. `Baseline` is the C++ design ported faithfully for
+//! comparison (read lock, then write lock); it is correct, just not lock-free.
+
+mod baseline;
+#[cfg(not(loom))]
+mod arc_swap;
+mod epoch;
+
+pub use self::baseline::Baseline;
+#[cfg(not(loom))]
+pub use self::arc_swap::ArcSwap;
+pub use self::epoch::Epoch;
+
+use crate::snapshot::Erased;
+
+mod sealed {
+    pub trait Sealed {}
+}
+pub(crate) use sealed::Sealed;
+
+/// A map backend for [`RankLocal`](crate::RankLocal): [`Epoch`], [`ArcSwap`] or [`Baseline`].
+///
+/// The trait is sealed: its items are the crate's internal protocol (type-erased entries, a
+/// single serialized writer) and are hidden from the docs. Pick a backend with the second type
+/// parameter, e.g. `RankLocal<T, Baseline>`.
+pub trait Backend: Sealed + Sized + Send + Sync + 'static {
+    /// A short name for tables and `Debug` output.
+    const NAME: &'static str;
+
+    #[doc(hidden)]
+    type Map: Send + Sync;
+
+    #[doc(hidden)]
+    type Iter<'a>: Iterator<Item = (u64, Erased)>;
+
+    /// An empty map (a `const` so that `RankLocal::new` is `const`).
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    const EMPTY: Self::Map;
+
+    /// An empty map (loom's primitives cannot be built in a `const`).
+    #[doc(hidden)]
+    #[cfg(loom)]
+    fn empty() -> Self::Map;
+
+    /// The entry for `rank`. Never blocks on the `Epoch` and `ArcSwap` backends.
+    #[doc(hidden)]
+    fn get(map: &Self::Map, rank: u64) -> Option<Erased>;
+
+    /// Publishes `rank -> ptr`; `rank` is absent. Callers serialize all `insert`s.
+    #[doc(hidden)]
+    fn insert(map: &Self::Map, rank: u64, ptr: Erased);
+
+    /// Number of entries.
+    #[doc(hidden)]
+    fn len(map: &Self::Map) -> usize;
+
+    /// Every entry, from one consistent snapshot that the iterator keeps alive.
+    #[doc(hidden)]
+    fn iter(map: &Self::Map) -> Self::Iter<'_>;
+
+    /// Removes the entries `keep` rejects and returns them (exclusive access: no reader exists).
+    #[doc(hidden)]
+    fn retain(map: &mut Self::Map, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)>;
+}

@@ -1,0 +1,110 @@
+//! Delegation: running code *as* another rank, on this thread ([`on_behalf_of`]) or for every poll
+//! of a future ([`OnBehalfExt::on_behalf_of`]).
+//!
+//! This is the explicit form of what PyTorch gets from the autograd engine: a backward thread
+//! running a node whose `thread_id` is the forward thread's. Delegation only changes the
+//! thread's *current* rank; every `RankLocal` lookup reads it, so even a thread that has cached
+//! its own instances resolves to the delegated rank's (the C++ fast path does not).
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+
+use crate::identity::{replace_current, RankId};
+
+/// Runs `f` on this thread as `rank`: inside it, [`RankId::current`] is `rank` and every
+/// `RankLocal` resolves to `rank`'s instance (creating it on first use, owned by `rank`).
+///
+/// Calls nest; the previous rank is restored when `f` returns and when it unwinds.
+///
+/// ```
+/// use ranklocal::{on_behalf_of, RankId, RankLocal};
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+///
+/// static WORK: RankLocal<AtomicUsize> = RankLocal::new();
+///
+/// let forward = RankId::current();
+/// WORK.get().fetch_add(1, Ordering::Relaxed);
+/// std::thread::spawn(move || {
+///     // a backward worker acting for the forward thread sees its instance
+///     on_behalf_of(forward, || WORK.get().fetch_add(1, Ordering::Relaxed));
+/// })
+/// .join()
+/// .unwrap();
+/// assert_eq!(WORK.get().load(Ordering::Relaxed), 2);
+/// ```
+#[inline]
+pub fn on_behalf_of<R>(rank: RankId, f: impl FnOnce() -> R) -> R {
+    let _restore = Restore(replace_current(rank.as_u64()));
+    f()
+}
+
+/// Restores the previous current rank on drop (return or unwind).
+struct Restore(u64);
+
+impl Drop for Restore {
+    #[inline]
+    fn drop(&mut self) {
+        replace_current(self.0);
+    }
+}
+
+/// Runs a future as a rank: every poll of [`OnBehalfOf`] runs inside
+/// [`on_behalf_of`], on whichever thread polls it.
+///
+/// ```
+/// use ranklocal::{OnBehalfExt, RankId};
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let waker = std::task::Waker::noop();
+/// #     let mut cx = std::task::Context::from_waker(&waker);
+/// #     let mut f = std::pin::pin!(f);
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v } }
+/// # }
+/// let rank = RankId::current();
+/// let seen = std::thread::spawn(move || block_on(async { RankId::current() }.on_behalf_of(rank)))
+///     .join()
+///     .unwrap();
+/// assert_eq!(seen, rank);
+/// ```
+pub trait OnBehalfExt: Future + Sized {
+    /// Wraps `self` so that every poll runs as `rank`.
+    fn on_behalf_of(self, rank: RankId) -> OnBehalfOf<Self> {
+        OnBehalfOf { inner: self, rank }
+    }
+}
+
+impl<F: Future> OnBehalfExt for F {}
+
+pin_project_lite::pin_project! {
+    /// A future that polls its inner future as a given rank; see [`OnBehalfExt`].
+    #[must_use = "futures do nothing unless polled"]
+    #[derive(Debug)]
+    pub struct OnBehalfOf<F> {
+        #[pin]
+        inner: F,
+        rank: RankId,
+    }
+}
+
+impl<F> OnBehalfOf<F> {
+    /// The rank this future runs as.
+    pub fn rank(&self) -> RankId {
+        self.rank
+    }
+
+    /// Unwraps the inner future.
+    pub fn into_inner(self) -> F {
+        self.inner
+    }
+}
+
+impl<F: Future> Future for OnBehalfOf<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let rank = *this.rank;
+        let inner = this.inner;
+        on_behalf_of(rank, || inner.poll(cx))
+    }
+}

@@ -1,0 +1,158 @@
+//! Rank identities: one `u64` per OS thread, handed out from a process-wide counter and never
+//! reused, plus the registry of live threads that [`RankLocal::purge_exited`] consults.
+//!
+//! The per-thread state is a `const`-initialized thread-local of plain `Cell`s with no destructor,
+//! so it can be read at any point of a thread's life, including from another thread-local's
+//! destructor while the thread exits (spec semantic 8).
+//!
+//! [`RankLocal::purge_exited`]: crate::RankLocal::purge_exited
+
+use core::cell::Cell;
+use core::fmt;
+use std::collections::BTreeSet;
+
+use crate::primitive::{global, lock, tls, AtomicU64, Mutex, Ordering};
+
+/// A rank's identity: one per OS thread, unique for the life of the process and never reused,
+/// even after the thread exits (as PyTorch's `RecordFunction::currentThreadId()`).
+///
+/// Ids are handed out on a thread's first use of the crate, starting at 1, in the order threads
+/// first ask for them. A `RankId` can only be obtained from a running thread
+/// ([`RankId::this_thread`], [`RankId::current`]); pass it to a worker and call
+/// [`on_behalf_of`](crate::on_behalf_of) there to act for that rank.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct RankId(u64);
+
+impl RankId {
+    /// The rank this thread is acting for now: the innermost
+    /// [`on_behalf_of`](crate::on_behalf_of) rank, or the thread's own rank when it is not
+    /// delegating.
+    #[inline]
+    pub fn current() -> RankId {
+        RankId(current_raw())
+    }
+
+    /// This OS thread's own rank, ignoring any delegation.
+    #[inline]
+    pub fn this_thread() -> RankId {
+        RankId(own_raw())
+    }
+
+    /// The id as an integer (never 0).
+    #[inline]
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    /// Wraps a raw id obtained from a [`RankId`] of this process.
+    #[inline]
+    pub(crate) fn from_raw(raw: u64) -> RankId {
+        debug_assert_ne!(raw, 0);
+        RankId(raw)
+    }
+}
+
+impl fmt::Display for RankId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank#{}", self.0)
+    }
+}
+
+/// A thread's identity state. `0` means "not assigned yet" in both fields.
+pub(crate) struct ThreadState {
+    /// This OS thread's own rank id, assigned on first use and never changed.
+    own: Cell<u64>,
+    /// The rank the thread acts for now: `own` outside delegation, the innermost
+    /// `on_behalf_of` rank inside it; `0` only while `own` is unassigned and no delegation runs.
+    current: Cell<u64>,
+}
+
+tls! {
+    static STATE: ThreadState = const { ThreadState { own: Cell::new(0), current: Cell::new(0) } };
+}
+
+global! {
+    /// The next rank id; ids start at 1 so that 0 can mean "none".
+    static NEXT_RANK: AtomicU64 = AtomicU64::new(1);
+}
+
+global! {
+    /// Ids of threads that have an id and have not run their exit hook yet.
+    static LIVE: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
+}
+
+/// The rank the current thread acts for (assigning its own id on first use).
+#[inline]
+pub(crate) fn current_raw() -> u64 {
+    let cur = STATE.with(|s| s.current.get());
+    if cur != 0 {
+        cur
+    } else {
+        own_raw()
+    }
+}
+
+/// `true` when the thread acts for its own rank (not inside `on_behalf_of` another rank).
+/// Also `true` before the thread has an id, when both fields are 0.
+#[inline]
+pub(crate) fn acting_as_self() -> bool {
+    STATE.with(|s| s.current.get() == s.own.get())
+}
+
+/// This thread's own id, assigned on first use.
+#[inline]
+pub(crate) fn own_raw() -> u64 {
+    let own = STATE.with(|s| s.own.get());
+    if own != 0 {
+        own
+    } else {
+        assign_own()
+    }
+}
+
+#[cold]
+fn assign_own() -> u64 {
+    // Relaxed: the counter only has to hand out distinct values; nothing is published with it.
+    let id = NEXT_RANK.fetch_add(1, Ordering::Relaxed);
+    STATE.with(|s| {
+        s.own.set(id);
+        if s.current.get() == 0 {
+            s.current.set(id);
+        }
+    });
+    register_live(id);
+    id
+}
+
+/// Swaps the rank the thread acts for, returning the previous value (raw, possibly 0).
+#[inline]
+pub(crate) fn replace_current(rank: u64) -> u64 {
+    STATE.with(|s| s.current.replace(rank))
+}
+
+/// Dropped when the thread exits: removes its id from [`LIVE`].
+struct ExitHook(u64);
+
+impl Drop for ExitHook {
+    fn drop(&mut self) {
+        lock(&LIVE).remove(&self.0);
+    }
+}
+
+tls! {
+    static EXIT_HOOK: Cell<Option<ExitHook>> = Cell::new(None);
+}
+
+fn register_live(id: u64) {
+    lock(&LIVE).insert(id);
+    // A thread that gets its id while it is already being torn down cannot register a hook any
+    // more: take it back out of LIVE right away, so it counts as exited (it is exiting).
+    if EXIT_HOOK.try_with(|h| h.set(Some(ExitHook(id)))).is_err() {
+        lock(&LIVE).remove(&id);
+    }
+}
+
+/// Calls `f` with the set of live thread ids (cold path of `purge_exited`).
+pub(crate) fn with_live<R>(f: impl FnOnce(&BTreeSet<u64>) -> R) -> R {
+    f(&lock(&LIVE))
+}

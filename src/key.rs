@@ -1,0 +1,154 @@
+//! [`rank_local!`](crate::rank_local) statics: a `static RankLocal` plus a thread-local slot of
+//! their own, so the owner's `get` is one thread-local read and the delegation check.
+
+use core::cell::Cell;
+
+use crate::identity::{self, RankId};
+use crate::primitive::LocalKey;
+use crate::rank_local::{Iter, RankLocal};
+
+/// A rank-local static declared with [`rank_local!`](crate::rank_local); use it like a
+/// `std::thread::LocalKey`, but with `'static` references and delegation.
+pub struct RankLocalKey<T: 'static> {
+    inner: &'static RankLocal<T>,
+    slot: &'static LocalKey<Cell<*const T>>,
+    init: fn() -> T,
+}
+
+impl<T: Send + Sync + 'static> RankLocalKey<T> {
+    #[doc(hidden)]
+    pub const fn __new(
+        inner: &'static RankLocal<T>,
+        slot: &'static LocalKey<Cell<*const T>>,
+        init: fn() -> T,
+    ) -> Self {
+        RankLocalKey { inner, slot, init }
+    }
+
+    /// The current rank's instance, created with the static's initializer on first use.
+    ///
+    /// # Panics
+    /// As [`RankLocal::get_or`].
+    #[inline]
+    pub fn get(&'static self) -> &'static T {
+        if identity::acting_as_self() {
+            let p = self.slot.with(Cell::get);
+            if !p.is_null() {
+                // SAFETY: the slot only ever holds an instance of `self.inner`, a `static`
+                // `RankLocal` that is never dropped nor mutably borrowed (I8, I1).
+                return unsafe { &*p };
+            }
+        }
+        self.get_slow()
+    }
+
+    #[cold]
+    fn get_slow(&'static self) -> &'static T {
+        let v = self.inner.get_or(self.init);
+        self.remember(v);
+        v
+    }
+
+    /// Fills the slot if `v` is this thread's own instance (I8).
+    #[inline]
+    fn remember(&'static self, v: &'static T) {
+        if identity::acting_as_self() {
+            self.slot.with(|s| s.set(v));
+        }
+    }
+
+    /// The current rank's instance if it exists; never creates one.
+    #[inline]
+    pub fn try_get(&'static self) -> Option<&'static T> {
+        if identity::acting_as_self() {
+            let p = self.slot.with(Cell::get);
+            if !p.is_null() {
+                // SAFETY: as in `get` (I8, I1).
+                return Some(unsafe { &*p });
+            }
+        }
+        let v = self.inner.try_get()?;
+        self.remember(v);
+        Some(v)
+    }
+
+    /// `rank`'s instance if it exists; never creates one.
+    #[inline]
+    pub fn get_for(&'static self, rank: RankId) -> Option<&'static T> {
+        self.inner.get_for(rank)
+    }
+
+    /// Every `(rank, instance)`, from one consistent snapshot.
+    pub fn iter(&'static self) -> Iter<'static, T, crate::Epoch> {
+        self.inner.iter()
+    }
+
+    /// The underlying `RankLocal`.
+    pub fn as_rank_local(&'static self) -> &'static RankLocal<T> {
+        self.inner
+    }
+}
+
+impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self.inner, f)
+    }
+}
+
+/// Declares rank-local statics, like `std::thread_local!`.
+///
+/// Each static is a [`RankLocalKey`]: one instance per rank, built by the initializer on the
+/// rank's first use (by its own thread or a delegate), with its own thread-local slot so that the
+/// owner's `get` is a single thread-local read plus the delegation check.
+///
+/// ```
+/// use ranklocal::{on_behalf_of, rank_local, RankId};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// rank_local! {
+///     /// Per-rank step counter.
+///     pub static STEPS: AtomicU32 = AtomicU32::new(0);
+///     static NAME: String = format!("rank {}", RankId::current());
+/// }
+///
+/// STEPS.get().fetch_add(1, Ordering::Relaxed);
+/// let me = RankId::current();
+/// std::thread::spawn(move || on_behalf_of(me, || STEPS.get().fetch_add(1, Ordering::Relaxed)))
+///     .join()
+///     .unwrap();
+/// assert_eq!(STEPS.get().load(Ordering::Relaxed), 2);
+/// assert_eq!(NAME.get(), &format!("rank {me}"));
+/// ```
+///
+/// Not available under `cfg(loom)` (loom cannot build a `static RankLocal`); use
+/// [`RankLocal`] objects there.
+#[macro_export]
+macro_rules! rank_local {
+    () => {};
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, $init);
+        $crate::rank_local!($($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr) => {
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, $init);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __rank_local_inner {
+    ($(#[$attr:meta])* $vis:vis $name:ident, $t:ty, $init:expr) => {
+        $(#[$attr])*
+        $vis static $name: $crate::RankLocalKey<$t> = {
+            static INNER: $crate::RankLocal<$t> = $crate::RankLocal::new();
+            $crate::__private::thread_local! {
+                static SLOT: $crate::__private::Cell<*const $t> =
+                    const { $crate::__private::Cell::new(::core::ptr::null()) };
+            }
+            fn init() -> $t {
+                $init
+            }
+            $crate::RankLocalKey::__new(&INNER, &SLOT, init)
+        };
+    };
+}

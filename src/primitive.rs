@@ -1,0 +1,94 @@
+//! The one place the crate gets its synchronization primitives from.
+//!
+//! Every atomic, `UnsafeCell`-like cell, lock, global and thread-local the crate uses comes from
+//! here (crossbeam-epoch's `primitive` module is the model). In a normal build they are std's; under
+//! `--cfg loom` they are loom's, so that loom sees every shared access and every thread-local is
+//! per *loom* thread (a std thread-local under loom would silently model all threads as one).
+//! `clippy-loom.toml` forbids the std versions under the loom cfgs, so a bypass fails CI.
+//!
+//! Two differences loom forces on the rest of the crate:
+//! - loom's atomics and locks are not `const`, so globals are declared with [`global!`] (a plain
+//!   `static` normally, `loom::lazy_static!` under loom) and `RankLocal::new` is only `const` in
+//!   normal builds;
+//! - loom's `thread_local!` has no `const { }` initializer, so thread-locals are declared with
+//!   [`tls!`], which keeps the `const` form (no lazy-init check, no destructor) in normal builds.
+
+#![allow(clippy::disallowed_types, clippy::disallowed_macros)]
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Condvar, Mutex, MutexGuard, RwLock,
+};
+
+#[cfg(loom)]
+pub(crate) use loom::sync::{
+    atomic::{AtomicU64, Ordering},
+    Condvar, Mutex, MutexGuard, RwLock,
+};
+
+/// `std::thread::LocalKey` normally, loom's under loom.
+#[cfg(not(loom))]
+pub(crate) use std::thread::LocalKey;
+#[cfg(loom)]
+pub(crate) use loom::thread::LocalKey;
+
+/// Declares a process-wide global: a `static` in normal builds, a `loom::lazy_static!` under loom
+/// (loom primitives cannot be built in a `const` context, and loom resets them per execution).
+macro_rules! global {
+    ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
+        #[cfg(not(loom))]
+        $(#[$attr])*
+        static $name: $ty = $init;
+        #[cfg(loom)]
+        loom::lazy_static! {
+            $(#[$attr])*
+            static ref $name: $ty = $init;
+        }
+    };
+}
+pub(crate) use global;
+
+/// Declares a thread-local with a `const` initializer in normal builds (no lazy-init branch and,
+/// for types without drop glue, no destructor: it stays readable during thread teardown) and a
+/// loom thread-local under loom.
+macro_rules! tls {
+    ($(#[$attr:meta])* static $name:ident: $ty:ty = const { $init:expr };) => {
+        #[cfg(not(loom))]
+        std::thread_local! {
+            $(#[$attr])*
+            static $name: $ty = const { $init };
+        }
+        #[cfg(loom)]
+        loom::thread_local! {
+            $(#[$attr])*
+            static $name: $ty = $init;
+        }
+    };
+    ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
+        #[cfg(not(loom))]
+        std::thread_local! {
+            $(#[$attr])*
+            static $name: $ty = $init;
+        }
+        #[cfg(loom)]
+        loom::thread_local! {
+            $(#[$attr])*
+            static $name: $ty = $init;
+        }
+    };
+}
+pub(crate) use tls;
+
+/// Locks `m`, ignoring poisoning: every critical section in this crate leaves the protected data
+/// consistent before anything in it can panic, so a poisoned lock holds valid data.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Re-exports for the expansion of [`rank_local!`](crate::rank_local); not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use core::cell::Cell;
+    pub use std::thread_local;
+}
