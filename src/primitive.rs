@@ -27,11 +27,11 @@ pub(crate) use loom::sync::{
     Condvar, Mutex, MutexGuard, RwLock,
 };
 
+#[cfg(loom)]
+pub(crate) use loom::thread::LocalKey;
 /// `std::thread::LocalKey` normally, loom's under loom.
 #[cfg(not(loom))]
 pub(crate) use std::thread::LocalKey;
-#[cfg(loom)]
-pub(crate) use loom::thread::LocalKey;
 
 /// Declares a process-wide global: a `static` in normal builds, a `loom::lazy_static!` under loom
 /// (loom primitives cannot be built in a `const` context, and loom resets them per execution).

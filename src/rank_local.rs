@@ -294,11 +294,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     #[cold]
-    fn get_or_try_slow<E>(
-        &self,
-        rank: u64,
-        init: impl FnOnce() -> Result<T, E>,
-    ) -> Result<&T, E> {
+    fn get_or_try_slow<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
         if let Some(v) = self.lookup_slow(rank) {
             return Ok(v);
         }

@@ -130,7 +130,10 @@ impl Snapshot {
             debug_assert_ne!(self.slots[i].key, key, "duplicate rank in snapshot");
             i = (i + 1) & mask;
         }
-        self.slots[i] = Slot { key, ptr: Some(ptr) };
+        self.slots[i] = Slot {
+            key,
+            ptr: Some(ptr),
+        };
         self.len += 1;
     }
 

@@ -20,8 +20,11 @@ pub type BaselineMap = RwLock<HashMap<u64, Erased, BuildHasherDefault<RankHasher
 
 impl Sealed for Baseline {}
 
-fn read(map: &BaselineMap) -> impl core::ops::Deref<Target = HashMap<u64, Erased, BuildHasherDefault<RankHasher>>> + '_ {
-    map.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn read(
+    map: &BaselineMap,
+) -> impl core::ops::Deref<Target = HashMap<u64, Erased, BuildHasherDefault<RankHasher>>> + '_ {
+    map.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Backend for Baseline {

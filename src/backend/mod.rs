@@ -13,14 +13,14 @@
 //! another `insert`; readers race everything. `Baseline` is the C++ design ported faithfully for
 //! comparison (read lock, then write lock); it is correct, just not lock-free.
 
-mod baseline;
 #[cfg(not(loom))]
 mod arc_swap;
+mod baseline;
 mod epoch;
 
-pub use self::baseline::Baseline;
 #[cfg(not(loom))]
 pub use self::arc_swap::ArcSwap;
+pub use self::baseline::Baseline;
 pub use self::epoch::Epoch;
 
 use crate::snapshot::Erased;

@@ -1,0 +1,195 @@
+//! Allocation behaviour, measured with a counting global allocator (spec semantics 5 and 7):
+//! once instances exist, lookups allocate nothing; snapshots retired by inserts are freed, so the
+//! live heap grows with the number of ranks, not with the number of inserts or lookups.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::Mutex;
+
+use ranklocal::{on_behalf_of, rank_local, ArcSwap, Backend, Epoch, RankId, RankLocal};
+
+struct Counting;
+
+static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
+std::thread_local! {
+    static THREAD_ALLOCS: Cell<usize> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to `System`, only counting on the side.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        let _ = THREAD_ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        let _ = THREAD_ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// The live-heap tests measure the whole process: run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn allocs_on_this_thread(f: impl FnOnce()) -> usize {
+    let before = THREAD_ALLOCS.with(Cell::get);
+    f();
+    THREAD_ALLOCS.with(Cell::get) - before
+}
+
+/// `n` rank ids of threads that have exited (ranks stay valid for delegation).
+fn ranks(n: usize) -> Vec<RankId> {
+    (0..n)
+        .map(|_| std::thread::spawn(RankId::this_thread).join().unwrap())
+        .collect()
+}
+
+const RANKS: usize = if cfg!(miri) { 80 } else { 256 };
+const LOOKUPS: usize = if cfg!(miri) { 100 } else { 100_000 };
+
+fn lookups_allocate_nothing<B: Backend>() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rl = RankLocal::<u64, B>::new();
+    let ids = ranks(RANKS); // more ranks than the thread cache holds: misses hit the map
+    for (i, &r) in ids.iter().enumerate() {
+        on_behalf_of(r, || rl.get_or(|| i as u64));
+    }
+    rl.get_or(|| 7);
+    // warm-up: the first pin registers this thread with the collector
+    let _ = rl.get_for(ids[0]);
+    let _ = rl.iter().count();
+    let mut sum = 0u64;
+    let n = allocs_on_this_thread(|| {
+        for i in 0..LOOKUPS {
+            sum += *rl.get();
+            let r = ids[i % ids.len()];
+            sum += on_behalf_of(r, || *rl.get());
+            sum += *rl.get_for(r).unwrap();
+            sum += *on_behalf_of(r, || rl.try_get()).unwrap();
+            if i % 1000 == 0 {
+                sum += rl.iter().map(|(_, v)| *v).sum::<u64>();
+            }
+        }
+    });
+    assert!(sum > 0);
+    assert_eq!(n, 0, "{}: {n} allocations during lookups", B::NAME);
+}
+
+#[test]
+fn epoch_lookups_allocate_nothing() {
+    lookups_allocate_nothing::<Epoch>();
+}
+
+#[test]
+fn arc_swap_lookups_allocate_nothing() {
+    lookups_allocate_nothing::<ArcSwap>();
+}
+
+rank_local! {
+    static KEYED: u64 = 5;
+}
+
+#[test]
+fn macro_form_lookups_allocate_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let ids = ranks(4);
+    for &r in &ids {
+        on_behalf_of(r, || KEYED.get());
+    }
+    KEYED.get();
+    let _ = KEYED.get_for(ids[0]);
+    let mut sum = 0;
+    let n = allocs_on_this_thread(|| {
+        for i in 0..LOOKUPS {
+            sum += *KEYED.get() + *KEYED.try_get().unwrap();
+            sum += on_behalf_of(ids[i % 4], || *KEYED.get());
+            sum += *KEYED.get_for(ids[i % 4]).unwrap();
+        }
+    });
+    assert!(sum > 0);
+    assert_eq!(n, 0, "{n} allocations during macro-form lookups");
+}
+
+/// Live heap after inserting `n` ranks and settling the collector.
+fn live_heap_after_inserts<B: Backend>(ids: &[RankId]) -> isize {
+    let before = LIVE_BYTES.load(Ordering::SeqCst);
+    let rl = RankLocal::<[u64; 4], B>::new();
+    for &r in ids {
+        on_behalf_of(r, || rl.get_or(|| [1; 4]));
+    }
+    // lookups that miss the cache pin the epoch and let the collector run
+    for i in 0..(20 * ids.len()).max(10_000) {
+        let _ = rl.len();
+        let _ = rl.get_for(ids[i % ids.len()]);
+    }
+    let live = LIVE_BYTES.load(Ordering::SeqCst) - before;
+    assert_eq!(rl.len(), ids.len());
+    drop(rl);
+    live
+}
+
+fn live_heap_is_linear_in_ranks<B: Backend>() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = if cfg!(miri) { 64 } else { 1024 };
+    let ids = ranks(n);
+    let live = live_heap_after_inserts::<B>(&ids);
+    // instances (32 B each) + the final table (16 B per slot, <= 4 slots per rank) + slack for
+    // a few snapshots still in flight; the retired snapshots together are ~n^2 * 16 B.
+    let bound = (n * 32 + n * 4 * 16) as isize * 2 + 64 * 1024;
+    let retired_total: usize = (1..=n)
+        .map(|k| (2 * k).next_power_of_two().max(8) * 16)
+        .sum();
+    eprintln!(
+        "{}: {n} ranks, live heap {live} B (bound {bound} B; all snapshots ever built {retired_total} B)",
+        B::NAME
+    );
+    assert!(live <= bound, "{}: live heap {live} B > {bound} B", B::NAME);
+}
+
+#[test]
+fn epoch_retired_snapshots_are_freed() {
+    live_heap_is_linear_in_ranks::<Epoch>();
+}
+
+#[test]
+fn arc_swap_retired_snapshots_are_freed() {
+    live_heap_is_linear_in_ranks::<ArcSwap>();
+}
+
+#[test]
+fn lookups_do_not_grow_the_heap() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rl = RankLocal::<u64>::new();
+    let ids = ranks(RANKS);
+    for &r in &ids {
+        on_behalf_of(r, || rl.get_or(|| 1));
+    }
+    for i in 0..1000 {
+        let _ = rl.get_for(ids[i % ids.len()]);
+    }
+    let before = LIVE_BYTES.load(Ordering::SeqCst);
+    for i in 0..LOOKUPS {
+        let _ = rl.get_for(ids[i % ids.len()]);
+        let _ = rl.len();
+    }
+    let grown = LIVE_BYTES.load(Ordering::SeqCst) - before;
+    assert!(
+        grown <= 4096,
+        "heap grew by {grown} B over {LOOKUPS} lookups"
+    );
+}
