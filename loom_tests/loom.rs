@@ -1,1 +1,337 @@
+//! loom models of the crate's concurrency. Run with
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize" LOOM_MAX_PREEMPTIONS=2 \
+//!     timeout 900 cargo test --release --test loom
+//! ```
+//!
+//! Without `--cfg loom` this file compiles to nothing. Each model counts the executions loom
+//! explored, prints the count and asserts a lower bound, so a model that silently stops exploring
+//! (a std primitive bypassing the shim, a missing cfg) fails instead of passing green.
+//!
+//! Under loom a snapshot carries a canary (a loom cell read by every lookup and written by the
+//! snapshot's drop) and a `Track`: loom reports a snapshot freed under a reader as a causality
+//! violation, and one never freed as a leak. Instances are `Track`ed too.
+#![cfg(loom)]
 
+use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering::Relaxed as StdRelaxed};
+
+use loom::alloc::Track;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+use ranklocal::{on_behalf_of, Backend, Baseline, Epoch, RankId, RankLocal};
+
+/// Runs `f` under loom with a preemption bound (2 unless `LOOM_MAX_PREEMPTIONS` says otherwise),
+/// prints how many executions it explored and fails if that is fewer than `min`.
+fn model(name: &str, min: usize, f: impl Fn() + Sync + Send + 'static) {
+    static RUNS: StdAtomicUsize = StdAtomicUsize::new(0);
+    RUNS.store(0, StdRelaxed);
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    let start = std::time::Instant::now();
+    builder.check(move || {
+        RUNS.fetch_add(1, StdRelaxed);
+        f();
+    });
+    let runs = RUNS.load(StdRelaxed);
+    println!(
+        "loom model {name}: {runs} executions explored in {:.1?} (preemption bound {:?})",
+        start.elapsed(),
+        builder.preemption_bound
+    );
+    assert!(
+        runs >= min,
+        "{name}: only {runs} executions explored (expected >= {min})"
+    );
+}
+
+/// An instance whose drop loom checks (leaks and double drops).
+struct Inst {
+    value: usize,
+    _track: Track<()>,
+}
+
+impl Inst {
+    fn new(value: usize) -> Inst {
+        Inst {
+            value,
+            _track: Track::new(()),
+        }
+    }
+}
+
+fn addr<T>(r: &T) -> usize {
+    r as *const T as usize
+}
+
+/// 1. The owner and a delegate first-touch the same rank at once: one init, one instance.
+fn first_touch_same_rank_owner_and_delegate<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let inits = Arc::new(AtomicUsize::new(0));
+    let me = RankId::this_thread();
+    let t = {
+        let (rl, inits) = (rl.clone(), inits.clone());
+        thread::spawn(move || {
+            let v = on_behalf_of(me, || {
+                rl.get_or(|| {
+                    inits.fetch_add(1, Ordering::SeqCst);
+                    Inst::new(1)
+                })
+            });
+            addr(v)
+        })
+    };
+    let mine = addr(rl.get_or(|| {
+        inits.fetch_add(1, Ordering::SeqCst);
+        Inst::new(2)
+    }));
+    let theirs = t.join().unwrap();
+    assert_eq!(
+        inits.load(Ordering::SeqCst),
+        1,
+        "init ran twice for one rank"
+    );
+    assert_eq!(mine, theirs, "owner and delegate got different instances");
+    assert_eq!(rl.len(), 1);
+}
+
+#[test]
+fn m1_first_touch_same_rank_owner_and_delegate_epoch() {
+    model(
+        "m1 first touch, owner + delegate (epoch)",
+        50,
+        first_touch_same_rank_owner_and_delegate::<Epoch>,
+    );
+}
+
+/// A rank id of a thread that has exited (a rank the models can act for without a live thread).
+fn spare_rank() -> RankId {
+    thread::spawn(RankId::this_thread).join().unwrap()
+}
+
+/// 2. A writer publishes a new snapshot (retiring the old one) while a reader looks up: the
+///    reader sees the old or the new snapshot, never a freed one; every snapshot is freed once.
+fn publish_while_reading<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread();
+    let other = spare_rank();
+    rl.get_or(|| Inst::new(7)); // snapshot S1
+    let reader = {
+        let rl = rl.clone();
+        // a fresh thread: its cache is empty, so the lookup goes to the map
+        thread::spawn(move || {
+            let v = on_behalf_of(me, || rl.try_get().map(|i| i.value));
+            let n = rl.len();
+            (v, n)
+        })
+    };
+    on_behalf_of(other, || rl.get_or(|| Inst::new(8))); // publishes S2, retires S1
+    let (v, n) = reader.join().unwrap();
+    assert_eq!(
+        v,
+        Some(7),
+        "reader missed an entry present in both snapshots"
+    );
+    assert!(n == 1 || n == 2, "len saw a torn snapshot: {n}");
+    assert_eq!(rl.len(), 2);
+}
+
+#[test]
+fn m2_publish_while_reading_epoch() {
+    model(
+        "m2 publish while reading (epoch)",
+        100,
+        publish_while_reading::<Epoch>,
+    );
+}
+
+/// 3. Two writers insert different ranks at once: both entries survive.
+fn two_writers_different_ranks<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let writer = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            rl.get_or(|| Inst::new(2));
+            RankId::this_thread()
+        })
+    };
+    rl.get_or(|| Inst::new(1));
+    let theirs = writer.join().unwrap();
+    assert_eq!(rl.len(), 2, "an insert was lost");
+    assert_eq!(rl.get_for(RankId::this_thread()).map(|i| i.value), Some(1));
+    assert_eq!(rl.get_for(theirs).map(|i| i.value), Some(2));
+}
+
+#[test]
+fn m3_two_writers_different_ranks_epoch() {
+    model(
+        "m3 two writers, different ranks (epoch)",
+        100,
+        two_writers_different_ranks::<Epoch>,
+    );
+}
+
+/// 4. A thread that cached its own instance then works on behalf of another rank (the C++ cache
+///    poisoning case), while that rank's owner first-touches concurrently.
+fn delegation_after_caching_own<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread();
+    let t = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let own = addr(rl.get_or(|| Inst::new(2)));
+            let delegated = on_behalf_of(me, || addr(rl.get_or(|| Inst::new(1))));
+            assert_ne!(
+                own, delegated,
+                "delegated get returned the cached own instance"
+            );
+            assert_eq!(
+                addr(rl.get_or(|| Inst::new(99))),
+                own,
+                "own instance not restored"
+            );
+            delegated
+        })
+    };
+    let mine = addr(rl.get_or(|| Inst::new(1)));
+    assert_eq!(t.join().unwrap(), mine);
+    assert_eq!(rl.try_get().map(|i| i.value), Some(1));
+    assert_eq!(rl.len(), 2);
+}
+
+#[test]
+fn m4_delegation_after_caching_own_epoch() {
+    model(
+        "m4 delegation after caching own (epoch)",
+        100,
+        delegation_after_caching_own::<Epoch>,
+    );
+}
+
+/// 5. `iter` concurrent with an insert: one consistent snapshot, no duplicate or torn entries.
+fn iter_while_inserting<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread();
+    rl.get_or(|| Inst::new(me.as_u64() as usize));
+    let writer = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let r = RankId::this_thread();
+            rl.get_or(|| Inst::new(r.as_u64() as usize));
+        })
+    };
+    let seen: Vec<(RankId, usize)> = rl.iter().map(|(r, i)| (r, i.value)).collect();
+    writer.join().unwrap();
+    assert!(
+        seen.len() == 1 || seen.len() == 2,
+        "torn snapshot: {seen:?}"
+    );
+    assert!(seen.contains(&(me, me.as_u64() as usize)));
+    for (r, v) in &seen {
+        assert_eq!(
+            r.as_u64() as usize,
+            *v,
+            "entry paired with another rank's instance"
+        );
+    }
+    if seen.len() == 2 {
+        assert_ne!(seen[0].0, seen[1].0, "duplicate entry");
+    }
+}
+
+#[test]
+fn m5_iter_while_inserting_epoch() {
+    model(
+        "m5 iter while inserting (epoch)",
+        50,
+        iter_while_inserting::<Epoch>,
+    );
+}
+
+/// 6. A `RankLocal` is dropped after another thread cached its instance, and a new one is built:
+///    the caching thread sees nothing of the old one through the new one.
+fn drop_after_cached_then_rebuild<B: Backend>() {
+    let old = Arc::new(RankLocal::<Inst, B>::new());
+    let next: Arc<Mutex<Option<Arc<RankLocal<Inst, B>>>>> = Arc::new(Mutex::new(None));
+    let t = {
+        let (old, next) = (old.clone(), next.clone());
+        thread::spawn(move || {
+            assert_eq!(old.get_or(|| Inst::new(1)).value, 1); // now cached on this thread
+            drop(old);
+            loop {
+                let new = next.lock().unwrap().clone();
+                if let Some(new) = new {
+                    assert!(
+                        new.try_get().is_none(),
+                        "stale hit from a dropped RankLocal"
+                    );
+                    assert_eq!(new.get_or(|| Inst::new(2)).value, 2);
+                    break;
+                }
+                thread::yield_now();
+            }
+        })
+    };
+    old.get_or(|| Inst::new(3));
+    drop(old); // the last owner frees the instances (both threads' ones)
+    *next.lock().unwrap() = Some(Arc::new(RankLocal::new()));
+    t.join().unwrap();
+}
+
+#[test]
+fn m6_drop_after_cached_then_rebuild_epoch() {
+    model(
+        "m6 drop after cached, rebuild (epoch)",
+        20,
+        drop_after_cached_then_rebuild::<Epoch>,
+    );
+}
+
+// 7. The Baseline backend under the same models: it must be correct too.
+#[test]
+fn m7a_first_touch_same_rank_owner_and_delegate_baseline() {
+    model(
+        "m7a first touch, owner + delegate (baseline)",
+        50,
+        first_touch_same_rank_owner_and_delegate::<Baseline>,
+    );
+}
+
+#[test]
+fn m7b_publish_while_reading_baseline() {
+    model(
+        "m7b publish while reading (baseline)",
+        50,
+        publish_while_reading::<Baseline>,
+    );
+}
+
+#[test]
+fn m7c_two_writers_different_ranks_baseline() {
+    model(
+        "m7c two writers, different ranks (baseline)",
+        50,
+        two_writers_different_ranks::<Baseline>,
+    );
+}
+
+#[test]
+fn m7d_delegation_after_caching_own_baseline() {
+    model(
+        "m7d delegation after caching own (baseline)",
+        50,
+        delegation_after_caching_own::<Baseline>,
+    );
+}
+
+#[test]
+fn m7e_iter_while_inserting_baseline() {
+    model(
+        "m7e iter while inserting (baseline)",
+        20,
+        iter_while_inserting::<Baseline>,
+    );
+}

@@ -25,13 +25,15 @@ pub(crate) const WAYS: usize = 64;
 struct Entry {
     uid: u64,
     rank: u64,
-    ptr: Option<Erased>,
+    ptr: Erased,
 }
 
+/// Never matches a lookup: rank ids start at 1 (and uids are non-zero), so its dangling pointer
+/// is never handed out — which saves the hit path a null check.
 const EMPTY: Entry = Entry {
     uid: 0,
     rank: 0,
-    ptr: None,
+    ptr: Erased::DANGLING,
 };
 
 tls! {
@@ -39,18 +41,20 @@ tls! {
 }
 
 /// The entry index for `(uid, rank)`: ranks are spread by a per-`RankLocal` offset taken from the
-/// top bits of the mixed uid, so several `RankLocal`s used by one thread do not collide.
+/// top bits of the uid (uids are already hashed), so several `RankLocal`s used by one thread do
+/// not collide, and consecutive ranks of one `RankLocal` never do.
 #[inline]
 fn index(uid: u64, rank: u64) -> usize {
-    (rank ^ (crate::snapshot::mix(uid) >> 58)) as usize & (WAYS - 1)
+    (rank ^ (uid >> 58)) as usize & (WAYS - 1)
 }
 
-/// The cached pointer for `(uid, rank)`, if this thread has one. `uid` must be non-zero.
+/// The cached pointer for `(uid, rank)`, if this thread has one. `rank` is never 0.
 #[inline]
 pub(crate) fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
+    debug_assert_ne!(rank, 0);
     let e = CACHE.with(|c| c[index(uid, rank)].get());
     if e.uid == uid && e.rank == rank {
-        e.ptr.map(Erased::as_ptr)
+        Some(e.ptr.as_ptr())
     } else {
         None
     }
@@ -59,11 +63,5 @@ pub(crate) fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
 /// Remembers `(uid, rank) -> ptr` on this thread, evicting whatever shared its entry.
 #[inline]
 pub(crate) fn store(uid: u64, rank: u64, ptr: Erased) {
-    CACHE.with(|c| {
-        c[index(uid, rank)].set(Entry {
-            uid,
-            rank,
-            ptr: Some(ptr),
-        })
-    });
+    CACHE.with(|c| c[index(uid, rank)].set(Entry { uid, rank, ptr }));
 }

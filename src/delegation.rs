@@ -10,7 +10,7 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 
-use crate::identity::{replace_current, RankId};
+use crate::identity::{replace_current, restore_current, RankId};
 
 /// Runs `f` on this thread as `rank`: inside it, [`RankId::current`] is `rank` and every
 /// `RankLocal` resolves to `rank`'s instance (creating it on first use, owned by `rank`).
@@ -45,7 +45,7 @@ struct Restore(u64);
 impl Drop for Restore {
     #[inline]
     fn drop(&mut self) {
-        replace_current(self.0);
+        restore_current(self.0);
     }
 }
 

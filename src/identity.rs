@@ -95,6 +95,7 @@ pub(crate) fn current_raw() -> u64 {
 /// `true` when the thread acts for its own rank (not inside `on_behalf_of` another rank).
 /// Also `true` before the thread has an id, when both fields are 0.
 #[inline]
+#[cfg_attr(loom, allow(dead_code))] // only the `rank_local!` form, absent under loom, asks
 pub(crate) fn acting_as_self() -> bool {
     STATE.with(|s| s.current.get() == s.own.get())
 }
@@ -124,13 +125,23 @@ fn assign_own() -> u64 {
     id
 }
 
-/// Swaps the rank the thread acts for, returning the previous value (raw, possibly 0).
+/// Makes the thread act for `rank`, returning the previous value (raw, possibly 0) for
+/// [`restore_current`].
 #[inline]
 pub(crate) fn replace_current(rank: u64) -> u64 {
     STATE.with(|s| s.current.replace(rank))
 }
 
+/// Undoes [`replace_current`]. A previous value of 0 means "own rank, not assigned then"; the own
+/// id may have been assigned meanwhile (inside the delegation), so restore to whatever it is now:
+/// `current == 0` must imply `own == 0`, or [`acting_as_self`] would wrongly answer `false`.
+#[inline]
+pub(crate) fn restore_current(prev: u64) {
+    STATE.with(|s| s.current.set(if prev != 0 { prev } else { s.own.get() }));
+}
+
 /// Dropped when the thread exits: removes its id from [`LIVE`].
+#[cfg_attr(loom, allow(dead_code))]
 struct ExitHook(u64);
 
 impl Drop for ExitHook {
@@ -140,9 +151,16 @@ impl Drop for ExitHook {
 }
 
 tls! {
+    #[cfg_attr(loom, allow(dead_code))]
     static EXIT_HOOK: Cell<Option<ExitHook>> = Cell::new(None);
 }
 
+/// Under loom the exit hook would run after loom has torn down its globals (the model's main
+/// thread exits last), so liveness is not tracked there: `purge_exited` is not modeled.
+#[cfg(loom)]
+fn register_live(_id: u64) {}
+
+#[cfg(not(loom))]
 fn register_live(id: u64) {
     lock(&LIVE).insert(id);
     // A thread that gets its id while it is already being torn down cannot register a hook any
@@ -155,4 +173,26 @@ fn register_live(id: u64) {
 /// Calls `f` with the set of live thread ids (cold path of `purge_exited`).
 pub(crate) fn with_live<R>(f: impl FnOnce(&BTreeSet<u64>) -> R) -> R {
     f(&lock(&LIVE))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_id_assigned_inside_a_delegation_is_restored_as_current() {
+        std::thread::spawn(|| {
+            let other = std::thread::spawn(RankId::this_thread).join().unwrap();
+            let prev = replace_current(other.as_u64());
+            assert_eq!(prev, 0, "fresh thread has no rank yet");
+            let own = own_raw(); // assigned while delegating
+            assert_eq!(current_raw(), other.as_u64());
+            assert!(!acting_as_self());
+            restore_current(prev);
+            assert_eq!(current_raw(), own);
+            assert!(acting_as_self(), "own id assigned during delegation broke the fast path");
+        })
+        .join()
+        .unwrap();
+    }
 }

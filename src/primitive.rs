@@ -27,9 +27,12 @@ pub(crate) use loom::sync::{
     Condvar, Mutex, MutexGuard, RwLock,
 };
 
+/// Under loom only: the snapshot's reclamation canary (see `snapshot::Canary`).
 #[cfg(loom)]
-pub(crate) use loom::thread::LocalKey;
-/// `std::thread::LocalKey` normally, loom's under loom.
+pub(crate) use loom::{alloc::Track, cell::UnsafeCell};
+
+/// The key type of a [`tls!`] thread-local (only the `rank_local!` form names it, and that form
+/// does not exist under loom).
 #[cfg(not(loom))]
 pub(crate) use std::thread::LocalKey;
 

@@ -253,9 +253,18 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         n
     }
 
+    /// Whether lookups of `rank` go through the thread cache on this backend.
+    #[inline]
+    fn cacheable(rank: u64) -> bool {
+        B::CACHES_DELEGATED || rank == identity::own_raw()
+    }
+
     /// The thread cache's entry for `rank` (step 1).
     #[inline]
     fn cached(&self, rank: u64) -> Option<&T> {
+        if !Self::cacheable(rank) {
+            return None;
+        }
         // Relaxed: the uid is only a name; the pointer's validity was established by this
         // thread's own Acquire when it filled the entry (I4).
         let uid = self.uid.load(Ordering::Relaxed);
@@ -272,7 +281,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         if uid != 0 {
             return uid;
         }
-        let fresh = NEXT_UID.fetch_add(1, Ordering::Relaxed);
+        // Multiplying by an odd constant is a bijection on u64, so uids stay unique and non-zero
+        // while their top bits are well mixed (the thread cache indexes with them, I4).
+        let fresh = crate::snapshot::mix(NEXT_UID.fetch_add(1, Ordering::Relaxed));
         match self
             .uid
             .compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed)
@@ -285,9 +296,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
     #[cold]
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
-        let uid = self.uid();
         let p = B::get(&self.map, rank)?;
-        cache::store(uid, rank, p);
+        if Self::cacheable(rank) {
+            cache::store(self.uid(), rank, p);
+        }
         // SAFETY: `p` is a published instance of this map (I2, I5), valid while `&self` lives
         // (I1).
         Some(unsafe { p.as_ptr::<T>().as_ref() })
@@ -299,7 +311,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             return Ok(v);
         }
         let p = self.insert(rank, init)?;
-        cache::store(self.uid(), rank, p);
+        if Self::cacheable(rank) {
+            cache::store(self.uid(), rank, p);
+        }
         // SAFETY: `p` was just published in this map (I2, I5); valid while `&self` lives (I1).
         Ok(unsafe { p.as_ptr::<T>().as_ref() })
     }

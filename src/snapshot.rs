@@ -55,6 +55,9 @@ unsafe impl Send for Erased {}
 unsafe impl Sync for Erased {}
 
 impl Erased {
+    /// A placeholder that is never dereferenced (empty thread-cache entries).
+    pub(crate) const DANGLING: Erased = Erased(NonNull::dangling());
+
     /// Leaks `value` into a stable heap allocation (I1).
     pub(crate) fn new<T>(value: Box<T>) -> Erased {
         Erased(NonNull::from(Box::leak(value)).cast())
@@ -82,22 +85,68 @@ pub struct Snapshot {
     /// `64 - log2(slots.len())`: the shift for Fibonacci hashing.
     shift: u32,
     len: usize,
+    #[cfg(loom)]
+    canary: Canary,
+}
+
+/// Under loom, makes reclamation bugs visible: every lookup *reads* a loom cell that the
+/// snapshot's drop *writes*, so a snapshot freed while a reader can still use it is reported by
+/// loom as a causality violation (concurrent read and write); the `Track` makes loom report a
+/// snapshot that is never freed as a leak.
+#[cfg(loom)]
+struct Canary {
+    cell: crate::primitive::UnsafeCell<u8>,
+    _track: crate::primitive::Track<()>,
+}
+
+// SAFETY: the cell's data is never read or written — `with`/`with_mut` only report the access to
+// loom — so sharing it cannot race on memory; reporting such races is its whole purpose (I3).
+#[cfg(loom)]
+unsafe impl Sync for Canary {}
+
+#[cfg(loom)]
+impl Canary {
+    fn new() -> Canary {
+        Canary {
+            cell: crate::primitive::UnsafeCell::new(0),
+            _track: crate::primitive::Track::new(()),
+        }
+    }
+}
+
+#[cfg(loom)]
+impl Drop for Canary {
+    fn drop(&mut self) {
+        self.cell.with_mut(|_| ());
+    }
 }
 
 impl Snapshot {
+    /// Table size for `len` entries: a power of two, load factor at most 1/2.
+    fn capacity_for(len: usize) -> usize {
+        (len * 2).next_power_of_two().max(8)
+    }
+
     /// A table sized for `len` entries, still empty.
     fn with_capacity_for(len: usize) -> Snapshot {
-        let cap = (len * 2).next_power_of_two().max(8);
+        let cap = Snapshot::capacity_for(len);
         Snapshot {
             slots: vec![EMPTY; cap].into_boxed_slice(),
             shift: 64 - cap.trailing_zeros(),
             len: 0,
+            #[cfg(loom)]
+            canary: Canary::new(),
         }
     }
 
     /// A table holding `entries` (keys distinct and non-zero).
     pub(crate) fn from_entries(entries: impl ExactSizeIterator<Item = (u64, Erased)>) -> Snapshot {
-        let mut s = Snapshot::with_capacity_for(entries.len());
+        Snapshot::from_entries_sized(entries.len(), entries)
+    }
+
+    /// A table sized for `len` entries holding `entries` (at most `len`, keys distinct).
+    fn from_entries_sized(len: usize, entries: impl Iterator<Item = (u64, Erased)>) -> Snapshot {
+        let mut s = Snapshot::with_capacity_for(len);
         for (k, p) in entries {
             s.put(k, p);
         }
@@ -106,13 +155,22 @@ impl Snapshot {
 
     /// A copy of `old` (or an empty table) with `key -> ptr` added; `key` must be absent.
     pub(crate) fn with_added(old: Option<&Snapshot>, key: u64, ptr: Erased) -> Snapshot {
-        let n = old.map_or(0, |s| s.len);
-        let mut s = Snapshot::with_capacity_for(n + 1);
-        if let Some(old) = old {
-            for (k, p) in old.iter() {
-                s.put(k, p);
+        let mut s = match old {
+            // same size: copy the slots as they are (a memcpy), no rehash
+            Some(old) if Snapshot::capacity_for(old.len + 1) == old.slots.len() => {
+                #[cfg(loom)]
+                old.canary.cell.with(|_| ());
+                Snapshot {
+                    slots: old.slots.clone(),
+                    shift: old.shift,
+                    len: old.len,
+                    #[cfg(loom)]
+                    canary: Canary::new(),
+                }
             }
-        }
+            Some(old) => Snapshot::from_entries_sized(old.len + 1, old.iter()),
+            None => Snapshot::with_capacity_for(1),
+        };
         s.put(key, ptr);
         s
     }
@@ -140,6 +198,8 @@ impl Snapshot {
     /// The instance of rank `key`, if present.
     #[inline]
     pub(crate) fn get(&self, key: u64) -> Option<Erased> {
+        #[cfg(loom)]
+        self.canary.cell.with(|_| ());
         let mask = self.slots.len() - 1;
         let mut i = self.home(key);
         loop {
@@ -157,6 +217,8 @@ impl Snapshot {
     /// Number of entries.
     #[inline]
     pub(crate) fn len(&self) -> usize {
+        #[cfg(loom)]
+        self.canary.cell.with(|_| ());
         self.len
     }
 
@@ -164,6 +226,8 @@ impl Snapshot {
     /// cannot borrow the snapshot (it is kept alive by a guard they own) walk it by index.
     #[inline]
     pub(crate) fn next_entry(&self, pos: &mut usize) -> Option<(u64, Erased)> {
+        #[cfg(loom)]
+        self.canary.cell.with(|_| ());
         while let Some(slot) = self.slots.get(*pos) {
             *pos += 1;
             if let Some(p) = slot.ptr {
@@ -175,6 +239,8 @@ impl Snapshot {
 
     /// All entries, in table order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, Erased)> + '_ {
+        #[cfg(loom)]
+        self.canary.cell.with(|_| ());
         self.slots.iter().filter_map(|s| s.ptr.map(|p| (s.key, p)))
     }
 

@@ -380,7 +380,7 @@ fn s9_rank_ids_are_unique_and_never_reused<B: Backend>() {
     let mut seen = HashSet::new();
     seen.insert(RankId::this_thread());
     for _ in 0..(if cfg!(miri) { 8 } else { 200 }) {
-        let id = thread::spawn(|| RankId::this_thread()).join().unwrap();
+        let id = thread::spawn(RankId::this_thread).join().unwrap();
         assert!(seen.insert(id), "rank id {id} reused");
         assert!(rl.get_for(id).is_none());
     }

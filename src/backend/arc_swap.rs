@@ -34,6 +34,7 @@ impl Iterator for ArcSwapIter {
 
 impl Backend for ArcSwap {
     const NAME: &'static str = "arc-swap";
+    const CACHES_DELEGATED: bool = true;
     type Map = ArcSwapOption<Snapshot>;
     type Iter<'a> = ArcSwapIter;
 

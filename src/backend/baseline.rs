@@ -29,6 +29,7 @@ fn read(
 
 impl Backend for Baseline {
     const NAME: &'static str = "baseline";
+    const CACHES_DELEGATED: bool = false;
     type Map = BaselineMap;
     type Iter<'a> = std::vec::IntoIter<(u64, Erased)>;
 

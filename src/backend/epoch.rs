@@ -68,6 +68,7 @@ impl Iterator for EpochIter<'_> {
 
 impl Backend for Epoch {
     const NAME: &'static str = "epoch";
+    const CACHES_DELEGATED: bool = true;
     type Map = EpochMap;
     type Iter<'a> = EpochIter<'a>;
 

@@ -39,6 +39,13 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     /// A short name for tables and `Debug` output.
     const NAME: &'static str;
 
+    /// Whether lookups for a rank other than the thread's own (delegated `get`, `get_for`) may
+    /// be served from the thread cache. `false` only for [`Baseline`], which, like the C++
+    /// original, caches the owner's instance only and takes the read lock for every delegated
+    /// lookup.
+    #[doc(hidden)]
+    const CACHES_DELEGATED: bool;
+
     #[doc(hidden)]
     type Map: Send + Sync;
 

@@ -1,0 +1,280 @@
+//! The arms compared by `examples/compare.rs` and `benches/ranklocal.rs`: every implementation
+//! set up over the same ranks, with the same cheap hasher for every map (Fibonacci multiply, as the
+//! crate's own snapshot table uses), so that comparisons measure synchronization, not hashing.
+//!
+//! Shared by both through `#[path]`; not part of the crate.
+#![allow(dead_code)]
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Barrier, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use ranklocal::{on_behalf_of, rank_local, ArcSwap, Backend, Baseline, Epoch, RankId, RankLocal};
+
+/// The hasher every map arm uses: one multiply (as `ranklocal`'s snapshot table).
+#[derive(Default, Clone, Copy)]
+pub struct MulHasher(u64);
+impl Hasher for MulHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = k.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+pub type Map = HashMap<u64, Box<u64>, BuildHasherDefault<MulHasher>>;
+
+rank_local! {
+    /// The macro form, for the owner fast path.
+    pub static MACRO: u64 = 1;
+}
+
+std::thread_local! {
+    /// The floor: a raw `thread_local!` holding a pointer to this thread's value.
+    static RAW: Cell<*const u64> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Ranks of exited threads: valid for delegation and `get_for`.
+pub fn spare_ranks(n: usize) -> Vec<RankId> {
+    (0..n)
+        .map(|_| std::thread::spawn(RankId::this_thread).join().unwrap())
+        .collect()
+}
+
+/// Every implementation, populated with one instance per rank of `ranks`.
+pub struct World {
+    pub ranks: Vec<RankId>,
+    pub epoch: RankLocal<u64, Epoch>,
+    pub arc_swap: RankLocal<u64, ArcSwap>,
+    pub baseline: RankLocal<u64, Baseline>,
+    pub tl_crate: thread_local::ThreadLocal<u64>,
+    pub rwlock: RwLock<Map>,
+    pub pl_rwlock: parking_lot::RwLock<Map>,
+    pub mutex: Mutex<Map>,
+    /// Append-only dense array indexed by rank id: wait-free reads, no reclamation.
+    pub dense: Box<[AtomicPtr<u64>]>,
+}
+
+impl World {
+    pub fn new(ranks: Vec<RankId>) -> World {
+        let max = ranks.iter().map(|r| r.as_u64()).max().unwrap_or(0) as usize + 64;
+        let w = World {
+            epoch: RankLocal::new(),
+            arc_swap: RankLocal::new(),
+            baseline: RankLocal::new(),
+            tl_crate: thread_local::ThreadLocal::new(),
+            rwlock: RwLock::default(),
+            pl_rwlock: parking_lot::RwLock::default(),
+            mutex: Mutex::default(),
+            dense: (0..max + 1024)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
+            ranks,
+        };
+        for &r in &w.ranks {
+            w.touch(r);
+        }
+        w
+    }
+
+    /// Creates `rank`'s instance in every arm (as a delegate would).
+    pub fn touch(&self, rank: RankId) {
+        let k = rank.as_u64();
+        on_behalf_of(rank, || {
+            self.epoch.get_or(|| k);
+            self.arc_swap.get_or(|| k);
+            self.baseline.get_or(|| k);
+        });
+        self.rwlock
+            .write()
+            .unwrap()
+            .entry(k)
+            .or_insert_with(|| Box::new(k));
+        self.pl_rwlock
+            .write()
+            .entry(k)
+            .or_insert_with(|| Box::new(k));
+        self.mutex
+            .lock()
+            .unwrap()
+            .entry(k)
+            .or_insert_with(|| Box::new(k));
+        let slot = &self.dense[k as usize];
+        if slot.load(Ordering::Acquire).is_null() {
+            slot.store(Box::into_raw(Box::new(k)), Ordering::Release);
+        }
+    }
+
+    /// Prepares the calling thread's own instances (owner arms).
+    pub fn touch_own(&self) {
+        self.touch(RankId::this_thread());
+        self.tl_crate.get_or(|| 1);
+        MACRO.get();
+        RAW.with(|r| {
+            if r.get().is_null() {
+                r.set(Box::into_raw(Box::new(1u64)));
+            }
+        });
+    }
+}
+
+/// An operation run `iters` times by thread `t`.
+pub type Op = fn(&World, usize, u64);
+
+/// One implementation of one operation.
+pub struct Arm {
+    pub group: &'static str,
+    pub name: &'static str,
+    pub op: Op,
+}
+
+fn rr(w: &World, t: usize, i: u64) -> RankId {
+    w.ranks[(t * 17 + i as usize) % w.ranks.len()]
+}
+
+macro_rules! arms {
+    ($($group:literal, $name:literal => |$w:ident, $t:ident, $i:ident| $body:expr;)*) => {
+        vec![$(Arm {
+            group: $group,
+            name: $name,
+            op: |$w: &World, $t: usize, iters: u64| {
+                let _ = (&$w, $t);
+                #[allow(unused_variables)]
+                for $i in 0..iters {
+                    black_box($body);
+                }
+            },
+        }),*]
+    };
+}
+
+fn lookup<B: Backend>(rl: &RankLocal<u64, B>, r: RankId) -> u64 {
+    *rl.get_for(r).unwrap()
+}
+
+/// The lookup arms, by group.
+pub fn lookup_arms() -> Vec<Arm> {
+    arms! {
+        "owner get", "std thread_local! (floor)" => |w, t, i| RAW.with(|r| unsafe_deref(r.get()));
+        "owner get", "thread_local crate" => |w, t, i| *w.tl_crate.get().unwrap();
+        "owner get", "rank_local! (epoch)" => |w, t, i| *MACRO.get();
+        "owner get", "RankLocal<Epoch>" => |w, t, i| *w.epoch.get();
+        "owner get", "RankLocal<ArcSwap>" => |w, t, i| *w.arc_swap.get();
+        "owner get", "RankLocal<Baseline>" => |w, t, i| *w.baseline.get();
+        "owner get", "RwLock<HashMap> (no cache)" => |w, t, i| **w.rwlock.read().unwrap().get(&RankId::this_thread().as_u64()).unwrap();
+        "delegated get", "RankLocal<Epoch>" => |w, t, i| on_behalf_of(rr(w, t, i), || *w.epoch.get());
+        "delegated get", "RankLocal<ArcSwap>" => |w, t, i| on_behalf_of(rr(w, t, i), || *w.arc_swap.get());
+        "delegated get", "RankLocal<Baseline> (baseline)" => |w, t, i| on_behalf_of(rr(w, t, i), || *w.baseline.get());
+        "get_for", "RankLocal<Epoch>" => |w, t, i| lookup(&w.epoch, rr(w, t, i));
+        "get_for", "RankLocal<ArcSwap>" => |w, t, i| lookup(&w.arc_swap, rr(w, t, i));
+        "get_for", "RankLocal<Baseline> (baseline)" => |w, t, i| lookup(&w.baseline, rr(w, t, i));
+        "get_for", "std RwLock<HashMap>" => |w, t, i| **w.rwlock.read().unwrap().get(&rr(w, t, i).as_u64()).unwrap();
+        "get_for", "parking_lot RwLock<HashMap>" => |w, t, i| **w.pl_rwlock.read().get(&rr(w, t, i).as_u64()).unwrap();
+        "get_for", "Mutex<HashMap>" => |w, t, i| **w.mutex.lock().unwrap().get(&rr(w, t, i).as_u64()).unwrap();
+        "get_for", "dense array (append-only)" => |w, t, i| unsafe_deref(w.dense[rr(w, t, i).as_u64() as usize].load(Ordering::Acquire));
+        "on_behalf_of enter+exit", "on_behalf_of" => |w, t, i| on_behalf_of(rr(w, t, i), || 1u64);
+    }
+}
+
+/// `get_for` when the thread cache misses (more ranks than it holds): the snapshot map itself.
+pub fn miss_arms() -> Vec<Arm> {
+    arms! {
+        "get_for, cache miss", "RankLocal<Epoch>" => |w, t, i| lookup(&w.epoch, w.ranks[(t * 509 + i as usize * 67) % w.ranks.len()]);
+        "get_for, cache miss", "RankLocal<ArcSwap>" => |w, t, i| lookup(&w.arc_swap, w.ranks[(t * 509 + i as usize * 67) % w.ranks.len()]);
+        "get_for, cache miss", "RankLocal<Baseline> (baseline)" => |w, t, i| lookup(&w.baseline, w.ranks[(t * 509 + i as usize * 67) % w.ranks.len()]);
+        "get_for, cache miss", "dense array (append-only)" => |w, t, i| unsafe_deref(w.dense[w.ranks[(t * 509 + i as usize * 67) % w.ranks.len()].as_u64() as usize].load(Ordering::Acquire));
+    }
+}
+
+/// `iter` over every rank, summing.
+pub fn iter_arms() -> Vec<Arm> {
+    arms! {
+        "iter (sum over ranks)", "RankLocal<Epoch>" => |w, t, i| w.epoch.iter().map(|(_, v)| *v).sum::<u64>();
+        "iter (sum over ranks)", "RankLocal<ArcSwap>" => |w, t, i| w.arc_swap.iter().map(|(_, v)| *v).sum::<u64>();
+        "iter (sum over ranks)", "RankLocal<Baseline> (baseline)" => |w, t, i| w.baseline.iter().map(|(_, v)| *v).sum::<u64>();
+    }
+}
+
+fn unsafe_deref(p: *const u64) -> u64 {
+    // SAFETY: benchmark setup stores only leaked, never-freed boxes in these pointers.
+    unsafe { *p }
+}
+
+/// Runs `op` on `threads` threads at once for about `dur` each; returns ns/op per thread
+/// (mean over threads).
+pub fn run_for(w: &World, op: Op, threads: usize, dur: Duration) -> f64 {
+    let barrier = Barrier::new(threads);
+    let per_thread: Vec<f64> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    w.touch_own();
+                    op(w, t, 2_000); // warm-up (fills caches, registers with the collector)
+                    barrier.wait();
+                    let start = Instant::now();
+                    let mut ops = 0u64;
+                    let mut batch = 1_000u64;
+                    while start.elapsed() < dur {
+                        op(w, t, batch);
+                        ops += batch;
+                        batch = (batch * 2).min(1 << 20);
+                    }
+                    start.elapsed().as_nanos() as f64 / ops as f64
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    per_thread.iter().sum::<f64>() / threads as f64
+}
+
+/// Runs `op(w, t, iters)` on `threads` threads at once; returns the longest thread's time
+/// (for criterion's `iter_custom`).
+pub fn run_iters(w: &World, op: Op, threads: usize, iters: u64) -> Duration {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    w.touch_own();
+                    op(w, t, 100);
+                    barrier.wait();
+                    let start = Instant::now();
+                    op(w, t, iters);
+                    start.elapsed()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).max().unwrap()
+    })
+}
+
+/// Mean ns per first touch of a new rank into a `RankLocal<_, B>` that already holds `existing`
+/// ranks, over `fresh.len()` new ranks (and `reps` repetitions).
+pub fn insert_ns<B: Backend>(existing: &[RankId], fresh: &[RankId], reps: usize) -> f64 {
+    let mut total = Duration::ZERO;
+    for _ in 0..reps {
+        let rl = RankLocal::<u64, B>::new();
+        for &r in existing {
+            on_behalf_of(r, || rl.get_or(|| 1));
+        }
+        let start = Instant::now();
+        for &r in fresh {
+            on_behalf_of(r, || black_box(rl.get_or(|| 2)));
+        }
+        total += start.elapsed();
+        drop(rl);
+    }
+    total.as_nanos() as f64 / (reps * fresh.len()) as f64
+}
