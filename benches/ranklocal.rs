@@ -1,1 +1,162 @@
-fn main() {}
+//! Criterion benchmarks: one group per operation, implementations as `BenchmarkId` functions and
+//! the thread count (or rank count) as the parameter, as sharded-slab's `benches/bench.rs`.
+//!
+//! ```text
+//! cargo bench                                   # everything (~10 min)
+//! cargo bench -- 'get_for'                      # one group
+//! cargo bench -- --save-baseline main           # record, then after a change:
+//! cargo bench -- --baseline main                # compare against it
+//! ```
+//! Multi-threaded arms use `iter_custom`: every thread runs the iterations at once and the
+//! slowest thread's time is reported (time per iteration per thread).
+
+#[path = "arms.rs"]
+mod arms;
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ranklocal::{on_behalf_of, ArcSwap, Backend, Baseline, Epoch, RankId, RankLocal};
+
+use arms::{Arm, World};
+
+const THREADS: [usize; 2] = [1, 2];
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(30)
+}
+
+fn lookup_groups(c: &mut Criterion, world: &World, arms: Vec<Arm>) {
+    let mut groups: Vec<&str> = arms.iter().map(|a| a.group).collect();
+    groups.dedup();
+    for g in groups {
+        let mut group = c.benchmark_group(g);
+        group.throughput(Throughput::Elements(1));
+        for arm in arms.iter().filter(|a| a.group == g) {
+            for t in THREADS {
+                group.bench_with_input(BenchmarkId::new(arm.name, t), &t, |b, &t| {
+                    b.iter_custom(|iters| arms::run_iters(world, arm.op, t, iters))
+                });
+            }
+        }
+        group.finish();
+    }
+}
+
+fn lookups(c: &mut Criterion) {
+    let world = World::new(arms::spare_ranks(64));
+    lookup_groups(c, &world, arms::lookup_arms());
+    lookup_groups(c, &world, arms::iter_arms());
+    let miss = World::new(arms::spare_ranks(1024));
+    lookup_groups(c, &miss, arms::miss_arms());
+}
+
+fn first_touch<B: Backend>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    pool: &[RankId],
+) {
+    let (fresh, existing) = pool.split_at(64);
+    for n in [4usize, 64, 1024] {
+        group.bench_with_input(BenchmarkId::new(B::NAME, n), &n, |b, &n| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut done = 0;
+                while done < iters {
+                    let rl = RankLocal::<u64, B>::new();
+                    for &r in &existing[..n] {
+                        on_behalf_of(r, || rl.get_or(|| 1));
+                    }
+                    let batch = (iters - done).min(fresh.len() as u64) as usize;
+                    let start = Instant::now();
+                    for &r in &fresh[..batch] {
+                        on_behalf_of(r, || black_box(rl.get_or(|| 2)));
+                    }
+                    total += start.elapsed();
+                    done += batch as u64;
+                }
+                total
+            })
+        });
+    }
+}
+
+fn inserts(c: &mut Criterion) {
+    let pool = arms::spare_ranks(1024 + 64);
+    let mut group = c.benchmark_group("first touch (existing ranks)");
+    first_touch::<Epoch>(&mut group, &pool);
+    first_touch::<ArcSwap>(&mut group, &pool);
+    first_touch::<Baseline>(&mut group, &pool);
+    group.finish();
+
+    // N threads first-touching one RankLocal at once (each its own rank)
+    let mut group = c.benchmark_group("concurrent first touch");
+    fn concurrent<B: Backend>(
+        g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    ) {
+        for t in [1usize, 2, 8] {
+            g.bench_with_input(BenchmarkId::new(B::NAME, t), &t, |b, &t| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let rl = RankLocal::<u64, B>::new();
+                        let start = Instant::now();
+                        std::thread::scope(|s| {
+                            for _ in 0..t {
+                                s.spawn(|| black_box(rl.get_or(|| 1)));
+                            }
+                        });
+                        total += start.elapsed();
+                    }
+                    total
+                })
+            });
+        }
+    }
+    concurrent::<Epoch>(&mut group);
+    concurrent::<ArcSwap>(&mut group);
+    concurrent::<Baseline>(&mut group);
+    group.finish();
+}
+
+/// Cache-missing reads (the snapshot map itself) while a background thread keeps publishing new
+/// snapshots of the *same* maps (arc-swap's `benches/background.rs` idea): it first-touches a
+/// fresh rank on every arm about every 200 µs until the measurement ends.
+fn background_writer(c: &mut Criterion) {
+    let mut group = c.benchmark_group("get_for, cache miss, background writer");
+    let base = arms::spare_ranks(1024);
+    for arm in arms::miss_arms() {
+        for t in THREADS {
+            let world = World::new(base.clone());
+            let pool = arms::spare_ranks(4096);
+            group.bench_with_input(BenchmarkId::new(arm.name, t), &t, |b, &t| {
+                let stop = AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        for &r in &pool {
+                            if stop.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            world.touch(r);
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    });
+                    b.iter_custom(|iters| arms::run_iters(&world, arm.op, t, iters));
+                    stop.store(true, Ordering::Relaxed);
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = lookups, inserts, background_writer
+}
+criterion_main!(benches);

@@ -190,7 +190,10 @@ mod tests {
             assert!(!acting_as_self());
             restore_current(prev);
             assert_eq!(current_raw(), own);
-            assert!(acting_as_self(), "own id assigned during delegation broke the fast path");
+            assert!(
+                acting_as_self(),
+                "own id assigned during delegation broke the fast path"
+            );
         })
         .join()
         .unwrap();

@@ -55,3 +55,7 @@ pub use crate::primitive::__private;
 
 #[doc = include_str!("../papers/design.md")]
 pub mod design {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

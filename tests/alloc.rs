@@ -133,7 +133,11 @@ fn live_heap_after_inserts<B: Backend>(ids: &[RankId]) -> isize {
         on_behalf_of(r, || rl.get_or(|| [1; 4]));
     }
     // lookups that miss the cache pin the epoch and let the collector run
-    for i in 0..(20 * ids.len()).max(10_000) {
+    for i in 0..(if cfg!(miri) {
+        600
+    } else {
+        (20 * ids.len()).max(10_000)
+    }) {
         let _ = rl.len();
         let _ = rl.get_for(ids[i % ids.len()]);
     }
@@ -192,4 +196,85 @@ fn lookups_do_not_grow_the_heap() {
         grown <= 4096,
         "heap grew by {grown} B over {LOOKUPS} lookups"
     );
+}
+
+/// Thread churn: many short-lived threads touch a `RankLocal`; their ids are unique,
+/// `purge_exited` drops exactly their instances, and the live heap returns to where it was.
+fn thread_churn<B: Backend>() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const CHURN: usize = if cfg!(miri) { 24 } else { 10_000 };
+    const AT_ONCE: usize = if cfg!(miri) { 4 } else { 16 };
+    let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    struct Counted(
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        #[allow(dead_code)] [u64; 4],
+    );
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    // allocated up front, so that the live-heap figures measure the crate, not the test
+    let mut ids = std::collections::HashSet::with_capacity(CHURN);
+    let before = LIVE_BYTES.load(Ordering::SeqCst);
+    let start = std::time::Instant::now();
+    let mut rl = RankLocal::<Counted, B>::new();
+    rl.get_or(|| Counted(drops.clone(), [0; 4])); // the main thread's own: must survive
+    let mut peak = 0isize;
+    for _ in 0..CHURN / AT_ONCE {
+        let batch: Vec<RankId> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..AT_ONCE)
+                .map(|_| {
+                    s.spawn(|| {
+                        rl.get_or(|| Counted(drops.clone(), [1; 4]));
+                        RankId::this_thread()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for id in batch {
+            assert!(ids.insert(id), "rank id {id} reused");
+        }
+        peak = peak.max(LIVE_BYTES.load(Ordering::SeqCst) - before);
+    }
+    let churned = CHURN / AT_ONCE * AT_ONCE;
+    assert_eq!(rl.len(), churned + 1);
+    let purged = rl.purge_exited();
+    assert_eq!(
+        purged, churned,
+        "purge_exited dropped the wrong number of instances"
+    );
+    assert_eq!(drops.load(Ordering::SeqCst), churned);
+    assert_eq!(rl.len(), 1, "the live main thread's instance was purged");
+    for _ in 0..(if cfg!(miri) { 600 } else { 10_000 }) {
+        let _ = rl.len(); // pins: lets the collector free what the inserts retired
+    }
+    let after = LIVE_BYTES.load(Ordering::SeqCst) - before;
+    eprintln!(
+        "{}: {churned} threads churned in {:.2?}; peak live heap {peak} B, after purge {after} B",
+        B::NAME,
+        start.elapsed()
+    );
+    assert!(
+        after < 64 * 1024,
+        "{}: {after} B still live after purge",
+        B::NAME
+    );
+    drop(rl);
+}
+
+#[test]
+fn epoch_thread_churn() {
+    thread_churn::<Epoch>();
+}
+
+#[test]
+fn arc_swap_thread_churn() {
+    thread_churn::<ArcSwap>();
+}
+
+#[test]
+fn baseline_thread_churn() {
+    thread_churn::<ranklocal::Baseline>();
 }

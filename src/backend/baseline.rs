@@ -69,8 +69,11 @@ impl Backend for Baseline {
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let gone: Vec<u64> = map.keys().copied().filter(|&k| !keep(k)).collect();
-        gone.into_iter()
+        let removed = gone
+            .into_iter()
             .filter_map(|k| map.remove(&k).map(|p| (k, p)))
-            .collect()
+            .collect();
+        map.shrink_to_fit(); // memory follows the number of ranks, as for the snapshots
+        removed
     }
 }
