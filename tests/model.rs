@@ -95,10 +95,12 @@ impl Drop for Inst {
 
 type Shared<B> = Arc<RwLock<RankLocal<Inst, B>>>;
 type Job<B> = Box<dyn FnOnce(&RankLocal<Inst, B>) -> Vec<Option<u32>> + Send>;
+/// A job and where to send its answer.
+type Request<B> = (Job<B>, Sender<Vec<Option<u32>>>);
 
 /// Worker threads that each run jobs as their own rank.
 struct Workers<B: Backend> {
-    senders: Vec<Sender<(Job<B>, Sender<Vec<Option<u32>>>)>>,
+    senders: Vec<Sender<Request<B>>>,
     ranks: Vec<RankId>,
     handles: Vec<thread::JoinHandle<()>>,
 }
@@ -109,7 +111,7 @@ impl<B: Backend> Workers<B> {
         let mut ranks = Vec::new();
         let mut handles = Vec::new();
         for _ in 0..WORKERS {
-            let (tx, rx) = channel::<(Job<B>, Sender<Vec<Option<u32>>>)>();
+            let (tx, rx) = channel::<Request<B>>();
             let (rtx, rrx) = channel();
             let rl = rl.clone();
             handles.push(thread::spawn(move || {
