@@ -17,6 +17,7 @@ controls=(
   "free instead of defer_destroy|src/backend/epoch.rs|s/unsafe { guard.defer_destroy(old) };/unsafe { drop(old.into_owned()) };/|m2_publish_while_reading_epoch|Causality violation"
   "retired snapshot leaked|src/backend/epoch.rs|s/unsafe { guard.defer_destroy(old) };/let _ = old;/|m3_two_writers_different_ranks_epoch|leaked"
   "C++ cache poisoning: own cache checked first|src/rank_local.rs|s/if let Some(v) = self.cached(rank) {/if let Some(v) = self.cached(identity::own_raw()) {/|m4_delegation_after_caching_own_epoch|delegated get returned the cached own instance"
+  "init does not wait for another thread's claim|src/rank_local.rs|s/None => break,/_ => break,/|m7a_first_touch_same_rank_owner_and_delegate_baseline|init ran twice"
 )
 failed=0
 for c in "${controls[@]}"; do
