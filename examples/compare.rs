@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release --example compare                 # ~30 s
 //! cargo run --release --example compare -- --help
-//! cargo run --release --example compare -- --json papers/results.json --svg papers/lookups.svg
+//! cargo run --release --example compare -- --json papers/results.json --svg papers/lookups.svg --svg-ranks papers/first_touch.svg
 //! ```
 //!
 //! All arms run in one process, one after another, over the same ranks and with the same hasher;
@@ -33,6 +33,7 @@ OPTIONS:
   --quick          --ms 60 (a smoke run)
   --json PATH      also write the results as JSON
   --svg PATH       also write a bar chart (log scale) of the lookup arms as SVG
+  --svg-ranks PATH also write a plot of first-touch cost vs existing ranks as SVG
   -h, --help       this text
 
 The baseline is the `Baseline` backend: PyTorch c10d's design ported to Rust (owner cached in a
@@ -45,6 +46,7 @@ struct Opts {
     dur: Duration,
     json: Option<String>,
     svg: Option<String>,
+    svg_ranks: Option<String>,
 }
 
 fn parse() -> Opts {
@@ -55,6 +57,7 @@ fn parse() -> Opts {
         dur: Duration::from_millis(300),
         json: None,
         svg: None,
+        svg_ranks: None,
     };
     let mut args = std::env::args().skip(1);
     let num = |v: Option<String>, what: &str| -> usize {
@@ -88,6 +91,12 @@ fn parse() -> Opts {
             }
             "--json" => o.json = Some(args.next().unwrap_or_else(|| die("--json needs a path"))),
             "--svg" => o.svg = Some(args.next().unwrap_or_else(|| die("--svg needs a path"))),
+            "--svg-ranks" => {
+                o.svg_ranks = Some(
+                    args.next()
+                        .unwrap_or_else(|| die("--svg-ranks needs a path")),
+                )
+            }
             "--bench" => {} // passed by `cargo bench`-style runners; ignored
             other => die(&format!("unknown option {other:?} (try --help)")),
         }
@@ -166,6 +175,13 @@ fn json_escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
+/// Escapes text for an SVG (XML) text node: arm names hold `<` and `>`.
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -236,7 +252,7 @@ fn write_svg(path: &str, rows: &[Row], o: &Opts) {
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"13\">ranklocal lookups: ns/op per thread (log scale; lower is better) — {}</text>\n",
         left + width + 80.0,
-        json_escape(&machine())
+        xml_escape(&machine())
     );
     for (i, t) in o.threads.iter().enumerate() {
         let _ = writeln!(
@@ -264,7 +280,7 @@ fn write_svg(path: &str, rows: &[Row], o: &Opts) {
             s,
             "<text x=\"10\" y=\"{}\" font-weight=\"bold\">{}</text>",
             y + 10.0,
-            json_escape(g)
+            xml_escape(g)
         );
         y += 16.0;
         for r in rows.iter().filter(|r| r.group == g) {
@@ -273,7 +289,7 @@ fn write_svg(path: &str, rows: &[Row], o: &Opts) {
                 "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
                 left - 6.0,
                 y + row_h / 2.0,
-                json_escape(r.arm)
+                xml_escape(r.arm)
             );
             for (i, ns) in r.ns.iter().enumerate() {
                 let by = y + i as f64 * bar_h;
@@ -290,6 +306,88 @@ fn write_svg(path: &str, rows: &[Row], o: &Opts) {
             y += row_h;
         }
         y += 6.0;
+    }
+    s.push_str("</svg>\n");
+    std::fs::write(path, s).unwrap_or_else(|e| die(&format!("cannot write {path}: {e}")));
+    eprintln!("wrote {path}");
+}
+
+/// Existing-rank counts at which first touch is measured.
+const FIRST_TOUCH_RANKS: [usize; 5] = [4, 16, 64, 256, 1024];
+
+/// First-touch ns vs existing ranks, one line per backend, log-log axes.
+fn write_ranks_svg(path: &str, inserts: &[(String, usize, f64)]) {
+    let colors = [
+        ("epoch", "#4e79a7"),
+        ("arc-swap", "#f28e2b"),
+        ("baseline", "#e15759"),
+    ];
+    let (left, top, width, height) = (70.0, 46.0, 460.0, 260.0);
+    let (xlo, xhi) = (4f64.log10(), 1024f64.log10());
+    let ymax = inserts.iter().fold(100.0f64, |a, i| a.max(i.2));
+    let (ylo, yhi) = (100f64.log10(), ymax.log10() + 0.1);
+    let x = |n: usize| left + ((n as f64).log10() - xlo) / (xhi - xlo) * width;
+    let y = |ns: f64| top + height - (ns.max(100.0).log10() - ylo) / (yhi - ylo) * height;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"13\">first touch: ns per new rank vs ranks already present</text>\n<text x=\"10\" y=\"32\">log-log, lower is better — {}</text>\n",
+        left + width + 110.0,
+        top + height + 40.0,
+        xml_escape(&machine())
+    );
+    for n in FIRST_TOUCH_RANKS {
+        let _ = writeln!(
+            s,
+            "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{top}\" y2=\"{1}\" stroke=\"#ddd\"/><text x=\"{0:.1}\" y=\"{2}\" text-anchor=\"middle\">{n}</text>",
+            x(n),
+            top + height,
+            top + height + 14.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">ranks already present</text>",
+        left + width / 2.0,
+        top + height + 30.0
+    );
+    for tick in [100.0f64, 1e3, 1e4, 1e5] {
+        if tick.log10() < yhi {
+            let _ = writeln!(
+                s,
+                "<line x1=\"{left}\" x2=\"{}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#ddd\"/><text x=\"{2}\" y=\"{1:.1}\" text-anchor=\"end\">{tick} ns</text>",
+                left + width,
+                y(tick),
+                left - 4.0
+            );
+        }
+    }
+    for (k, (name, color)) in colors.iter().enumerate() {
+        let pts: Vec<String> = inserts
+            .iter()
+            .filter(|i| i.0 == *name)
+            .map(|i| format!("{:.1},{:.1}", x(i.1), y(i.2)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"/>",
+            pts.join(" ")
+        );
+        for i in inserts.iter().filter(|i| i.0 == *name) {
+            let _ = writeln!(
+                s,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"/>",
+                x(i.1),
+                y(i.2)
+            );
+        }
+        let ly = top + 10.0 + k as f64 * 16.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{name}</text>",
+            left + width + 12.0,
+            ly - 9.0,
+            left + width + 26.0,
+            ly
+        );
     }
     s.push_str("</svg>\n");
     std::fs::write(path, s).unwrap_or_else(|e| die(&format!("cannot write {path}: {e}")));
@@ -319,17 +417,28 @@ fn main() {
     drop(miss_world);
     print_table(&rows, &o);
 
-    // first touch: one new rank into a RankLocal that already holds N ranks
+    // first touch: one new rank into a RankLocal that already holds N ranks. The backends take
+    // turns rep by rep, so allocator and cache state drifts hit them alike.
     let pool = arms::spare_ranks(1024 + 64);
     let (fresh, existing) = pool.split_at(64);
     let mut inserts = Vec::new();
-    println!("\nfirst touch (insert one new rank; mean over 64 new ranks)\n  {:<12} {:>10} {:>10} {:>10}", "existing", "epoch ns", "arc-swap", "baseline");
-    for n in [4usize, 64, 1024] {
+    println!(
+        "\nfirst touch (insert one new rank; mean over 64 new ranks x reps, backends interleaved)\n  {:<12} {:>10} {:>10} {:>10}",
+        "existing", "epoch ns", "arc-swap", "baseline"
+    );
+    for n in FIRST_TOUCH_RANKS {
         eprint!("\r  first touch at {n} ranks...   ");
-        let reps = if n >= 1024 { 3 } else { 20 };
-        let e = arms::insert_ns::<Epoch>(&existing[..n], fresh, reps);
-        let a = arms::insert_ns::<ArcSwap>(&existing[..n], fresh, reps);
-        let b = arms::insert_ns::<Baseline>(&existing[..n], fresh, reps);
+        let reps = if o.dur < Duration::from_millis(100) {
+            4
+        } else {
+            16
+        };
+        let (mut e, mut a, mut b) = (0.0, 0.0, 0.0);
+        for _ in 0..reps {
+            e += arms::insert_ns::<Epoch>(&existing[..n], fresh, 1) / reps as f64;
+            a += arms::insert_ns::<ArcSwap>(&existing[..n], fresh, 1) / reps as f64;
+            b += arms::insert_ns::<Baseline>(&existing[..n], fresh, 1) / reps as f64;
+        }
         eprint!("\r{:<40}\r", "");
         println!("  {n:<12} {e:>10.0} {a:>10.0} {b:>10.0}");
         inserts.extend([
@@ -344,5 +453,8 @@ fn main() {
     }
     if let Some(p) = &o.svg {
         write_svg(p, &rows, &o);
+    }
+    if let Some(p) = &o.svg_ranks {
+        write_ranks_svg(p, &inserts);
     }
 }

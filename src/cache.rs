@@ -28,11 +28,12 @@ struct Entry {
     ptr: Erased,
 }
 
-/// Never matches a lookup: rank ids start at 1 (and uids are non-zero), so its dangling pointer
-/// is never handed out — which saves the hit path a null check.
+/// Never matches a lookup: no rank id is `u64::MAX` (identity asserts it), and no entry is ever
+/// stored for rank 0 or uid 0, so a lookup made before the thread or the `RankLocal` has an id
+/// (`rank == 0` or `uid == 0`) misses too. Its dangling pointer is never handed out.
 const EMPTY: Entry = Entry {
     uid: 0,
-    rank: 0,
+    rank: u64::MAX,
     ptr: Erased::DANGLING,
 };
 
@@ -40,28 +41,36 @@ tls! {
     static CACHE: [Cell<Entry>; WAYS] = const { [const { Cell::new(EMPTY) }; WAYS] };
 }
 
-/// The entry index for `(uid, rank)`: ranks are spread by a per-`RankLocal` offset taken from the
-/// top bits of the uid (uids are already hashed), so several `RankLocal`s used by one thread do
-/// not collide, and consecutive ranks of one `RankLocal` never do.
+/// The entry index for `(uid, rank)`: ranks are spread by a per-`RankLocal` offset, the low bits
+/// of its uid. Uids are consecutive counter values multiplied by an odd constant, so the low six
+/// bits of 64 consecutive uids are distinct: several `RankLocal`s used by one thread do not
+/// collide, and consecutive ranks of one `RankLocal` never do.
 #[inline]
 fn index(uid: u64, rank: u64) -> usize {
-    (rank ^ (uid >> 58)) as usize & (WAYS - 1)
+    (rank ^ uid) as usize & (WAYS - 1)
 }
 
-/// The cached pointer for `(uid, rank)`, if this thread has one. `rank` is never 0.
+/// The cached pointer for `(uid, rank)`, if this thread has one. Misses when `rank` or `uid` is 0
+/// (not assigned yet).
 #[inline]
 pub(crate) fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
-    debug_assert_ne!(rank, 0);
-    let e = CACHE.with(|c| c[index(uid, rank)].get());
-    if e.uid == uid && e.rank == rank {
-        Some(e.ptr.as_ptr())
-    } else {
-        None
-    }
+    // The closure returns a raw pointer, not the `Entry`: `with`'s result then has no niche in a
+    // loaded value, and the compiler folds its "destroyed?" check away (this TLS has no
+    // destructor), which it cannot do for a loaded `NonNull`.
+    let p = CACHE.with(|c| {
+        let e = c[index(uid, rank)].get();
+        if e.uid == uid && e.rank == rank {
+            e.ptr.as_ptr::<()>().as_ptr()
+        } else {
+            core::ptr::null_mut()
+        }
+    });
+    NonNull::new(p)
 }
 
 /// Remembers `(uid, rank) -> ptr` on this thread, evicting whatever shared its entry.
 #[inline]
 pub(crate) fn store(uid: u64, rank: u64, ptr: Erased) {
+    debug_assert!(uid != 0 && rank != 0 && rank != u64::MAX);
     CACHE.with(|c| c[index(uid, rank)].set(Entry { uid, rank, ptr }));
 }

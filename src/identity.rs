@@ -92,6 +92,13 @@ pub(crate) fn current_raw() -> u64 {
     }
 }
 
+/// The rank the current thread acts for, or 0 if the thread has no id yet (a thread cache lookup
+/// with rank 0 misses, and the slow path then calls [`current_raw`]).
+#[inline]
+pub(crate) fn current_raw_or_zero() -> u64 {
+    STATE.with(|s| s.current.get())
+}
+
 /// `true` when the thread acts for its own rank (not inside `on_behalf_of` another rank).
 /// Also `true` before the thread has an id, when both fields are 0.
 #[inline]
@@ -115,6 +122,8 @@ pub(crate) fn own_raw() -> u64 {
 fn assign_own() -> u64 {
     // Relaxed: the counter only has to hand out distinct values; nothing is published with it.
     let id = NEXT_RANK.fetch_add(1, Ordering::Relaxed);
+    // u64::MAX marks empty thread-cache entries; 2^64 - 1 thread ids will not be handed out.
+    assert!(id != u64::MAX, "ranklocal: rank ids exhausted");
     STATE.with(|s| {
         s.own.set(id);
         if s.current.get() == 0 {

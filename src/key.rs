@@ -31,13 +31,13 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// As [`RankLocal::get_or`].
     #[inline]
     pub fn get(&'static self) -> &'static T {
-        if identity::acting_as_self() {
-            let p = self.slot.with(Cell::get);
-            if !p.is_null() {
-                // SAFETY: the slot only ever holds an instance of `self.inner`, a `static`
-                // `RankLocal` that is never dropped nor mutably borrowed (I8, I1).
-                return unsafe { &*p };
-            }
+        let p = self.slot.with(Cell::get);
+        // Non-short-circuit `&`: both reads are plain TLS loads, so one branch instead of two.
+        if identity::acting_as_self() & !p.is_null() {
+            // SAFETY: the slot only ever holds an instance of `self.inner`, a `static`
+            // `RankLocal` that is never dropped nor mutably borrowed (I8, I1); it is read only
+            // while the thread acts as its own rank (I8).
+            return unsafe { &*p };
         }
         self.get_slow()
     }

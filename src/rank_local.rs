@@ -173,7 +173,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or).
     #[inline]
     pub fn get_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
-        let rank = identity::current_raw();
+        // 0 if the thread has no id yet: the cache then misses and the slow path assigns one.
+        let rank = identity::current_raw_or_zero();
         if let Some(v) = self.cached(rank) {
             return Ok(v);
         }
@@ -307,6 +308,11 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 
     #[cold]
     fn get_or_try_slow<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+        let rank = if rank == 0 {
+            identity::current_raw()
+        } else {
+            rank
+        };
         if let Some(v) = self.lookup_slow(rank) {
             return Ok(v);
         }
