@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Barrier, Mutex, RwLock};
+use std::sync::{mpsc, Arc, Barrier, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use ranklocal::{on_behalf_of, rank_local, ArcSwap, Backend, Baseline, Epoch, RankId, RankLocal};
@@ -108,9 +108,12 @@ impl World {
             .unwrap()
             .entry(k)
             .or_insert_with(|| Box::new(k));
-        let slot = &self.dense[k as usize];
-        if slot.load(Ordering::Acquire).is_null() {
-            slot.store(Box::into_raw(Box::new(k)), Ordering::Release);
+        // The dense array covers the looked-up ranks (and then some); a later thread's own rank
+        // may lie beyond it, and no dense arm looks those up.
+        if let Some(slot) = self.dense.get(k as usize) {
+            if slot.load(Ordering::Acquire).is_null() {
+                slot.store(Box::into_raw(Box::new(k)), Ordering::Release);
+            }
         }
     }
 
@@ -209,55 +212,90 @@ fn unsafe_deref(p: *const u64) -> u64 {
     unsafe { *p }
 }
 
-/// Runs `op` on `threads` threads at once for about `dur` each; returns ns/op per thread
-/// (mean over threads).
-pub fn run_for(w: &World, op: Op, threads: usize, dur: Duration) -> f64 {
-    let barrier = Barrier::new(threads);
-    let per_thread: Vec<f64> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    w.touch_own();
-                    op(w, t, 2_000); // warm-up (fills caches, registers with the collector)
-                    barrier.wait();
-                    let start = Instant::now();
-                    let mut ops = 0u64;
-                    let mut batch = 1_000u64;
-                    while start.elapsed() < dur {
-                        op(w, t, batch);
-                        ops += batch;
-                        batch = (batch * 2).min(1 << 20);
-                    }
-                    start.elapsed().as_nanos() as f64 / ops as f64
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    per_thread.iter().sum::<f64>() / threads as f64
+enum Job {
+    /// Run the op `iters` times; report the elapsed time.
+    Iters(Op, u64),
+    /// Run the op in growing batches for about this long; report ns/op.
+    For(Op, Duration),
 }
 
-/// Runs `op(w, t, iters)` on `threads` threads at once; returns the longest thread's time
-/// (for criterion's `iter_custom`).
-pub fn run_iters(w: &World, op: Op, threads: usize, iters: u64) -> Duration {
-    let barrier = Barrier::new(threads);
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..threads)
+/// Worker threads that live for a whole benchmark run, so that repeated measurements reuse the
+/// same threads: a freshly spawned thread would add its own rank to every map (and criterion
+/// measures each arm dozens of times).
+pub struct Team {
+    jobs: Vec<mpsc::Sender<Job>>,
+    done: mpsc::Receiver<f64>,
+}
+
+impl Team {
+    /// `threads` workers in scope `s`, each with its own instances touched (owner arms).
+    pub fn new<'s, 'w: 's>(
+        s: &'s std::thread::Scope<'s, '_>,
+        w: &'w World,
+        threads: usize,
+    ) -> Team {
+        let (done_tx, done) = mpsc::channel();
+        let barrier = Arc::new(Barrier::new(threads));
+        let jobs = (0..threads)
             .map(|t| {
-                let barrier = &barrier;
+                let (tx, rx) = mpsc::channel::<Job>();
+                let (done_tx, barrier) = (done_tx.clone(), barrier.clone());
                 s.spawn(move || {
                     w.touch_own();
-                    op(w, t, 100);
-                    barrier.wait();
-                    let start = Instant::now();
-                    op(w, t, iters);
-                    start.elapsed()
-                })
+                    for job in rx {
+                        let result = match job {
+                            Job::Iters(op, iters) => {
+                                op(w, t, 100); // warm the caches
+                                barrier.wait();
+                                let start = Instant::now();
+                                op(w, t, iters);
+                                start.elapsed().as_nanos() as f64
+                            }
+                            Job::For(op, dur) => {
+                                op(w, t, 2_000); // warm-up (fills caches, registers with the collector)
+                                barrier.wait();
+                                let start = Instant::now();
+                                let mut ops = 0u64;
+                                let mut batch = 1_000u64;
+                                while start.elapsed() < dur {
+                                    op(w, t, batch);
+                                    ops += batch;
+                                    batch = (batch * 2).min(1 << 20);
+                                }
+                                start.elapsed().as_nanos() as f64 / ops as f64
+                            }
+                        };
+                        done_tx.send(result).unwrap();
+                    }
+                });
+                tx
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).max().unwrap()
-    })
+        Team { jobs, done }
+    }
+
+    fn run(&self, job: impl Fn() -> Job) -> Vec<f64> {
+        for j in &self.jobs {
+            j.send(job()).expect("a benchmark worker panicked");
+        }
+        (0..self.jobs.len())
+            .map(|_| self.done.recv().expect("a benchmark worker panicked"))
+            .collect()
+    }
+
+    /// Runs `op` on every worker at once for about `dur`; returns ns/op per thread (mean over
+    /// threads).
+    pub fn run_for(&self, op: Op, dur: Duration) -> f64 {
+        let r = self.run(|| Job::For(op, dur));
+        r.iter().sum::<f64>() / r.len() as f64
+    }
+
+    /// Runs `op(w, t, iters)` on every worker at once; returns the longest worker's time (for
+    /// criterion's `iter_custom`).
+    pub fn run_iters(&self, op: Op, iters: u64) -> Duration {
+        let r = self.run(|| Job::Iters(op, iters));
+        Duration::from_nanos(r.into_iter().fold(0.0, f64::max) as u64)
+    }
 }
 
 /// Mean ns per first touch of a new rank into a `RankLocal<_, B>` that already holds `existing`

@@ -37,12 +37,15 @@ fn lookup_groups(c: &mut Criterion, world: &World, arms: Vec<Arm>) {
     for g in groups {
         let mut group = c.benchmark_group(g);
         group.throughput(Throughput::Elements(1));
-        for arm in arms.iter().filter(|a| a.group == g) {
-            for t in THREADS {
-                group.bench_with_input(BenchmarkId::new(arm.name, t), &t, |b, &t| {
-                    b.iter_custom(|iters| arms::run_iters(world, arm.op, t, iters))
-                });
-            }
+        for t in THREADS {
+            std::thread::scope(|s| {
+                let team = arms::Team::new(s, world, t);
+                for arm in arms.iter().filter(|a| a.group == g) {
+                    group.bench_with_input(BenchmarkId::new(arm.name, t), &t, |b, _| {
+                        b.iter_custom(|iters| team.run_iters(arm.op, iters))
+                    });
+                }
+            });
         }
         group.finish();
     }
@@ -145,7 +148,9 @@ fn background_writer(c: &mut Criterion) {
                             std::thread::sleep(Duration::from_micros(200));
                         }
                     });
-                    b.iter_custom(|iters| arms::run_iters(&world, arm.op, t, iters));
+                    let team = arms::Team::new(s, &world, t);
+                    b.iter_custom(|iters| team.run_iters(arm.op, iters));
+                    drop(team);
                     stop.store(true, Ordering::Relaxed);
                 });
             });

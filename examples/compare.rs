@@ -117,18 +117,26 @@ struct Row {
 }
 
 fn run_group(world: &World, arms: &[Arm], o: &Opts, rows: &mut Vec<Row>) {
-    for arm in arms {
-        let mut ns = Vec::new();
-        for &t in &o.threads {
-            eprint!("\r  {:<26} {:<34} {t} thread(s)...   ", arm.group, arm.name);
-            ns.push(arms::run_for(world, arm.op, t, o.dur));
+    std::thread::scope(|s| {
+        // one team of worker threads per thread count, reused by every arm
+        let teams: Vec<arms::Team> = o
+            .threads
+            .iter()
+            .map(|&t| arms::Team::new(s, world, t))
+            .collect();
+        for arm in arms {
+            let mut ns = Vec::new();
+            for (team, t) in teams.iter().zip(&o.threads) {
+                eprint!("\r  {:<26} {:<34} {t} thread(s)...   ", arm.group, arm.name);
+                ns.push(team.run_for(arm.op, o.dur));
+            }
+            rows.push(Row {
+                group: arm.group,
+                arm: arm.name,
+                ns,
+            });
         }
-        rows.push(Row {
-            group: arm.group,
-            arm: arm.name,
-            ns,
-        });
-    }
+    });
     eprint!("\r{:<90}\r", "");
 }
 
