@@ -56,7 +56,11 @@ pub struct World {
     pub epoch: RankLocal<u64, Epoch>,
     pub arc_swap: RankLocal<u64, ArcSwap>,
     pub baseline: RankLocal<u64, Baseline>,
+    /// Four more `RankLocal<_, Epoch>`s, for one thread using several at once.
+    pub several: [RankLocal<u64, Epoch>; 4],
     pub tl_crate: thread_local::ThreadLocal<u64>,
+    /// Four more, for one thread using several at once.
+    pub tl_several: [thread_local::ThreadLocal<u64>; 4],
     pub rwlock: RwLock<Map>,
     pub pl_rwlock: parking_lot::RwLock<Map>,
     pub mutex: Mutex<Map>,
@@ -71,6 +75,8 @@ impl World {
             epoch: RankLocal::new(),
             arc_swap: RankLocal::new(),
             baseline: RankLocal::new(),
+            several: Default::default(),
+            tl_several: Default::default(),
             tl_crate: thread_local::ThreadLocal::new(),
             rwlock: RwLock::default(),
             pl_rwlock: parking_lot::RwLock::default(),
@@ -122,6 +128,12 @@ impl World {
         self.touch(RankId::this_thread());
         self.tl_crate.get_or(|| 1);
         MACRO.get();
+        for rl in &self.several {
+            rl.get_or(|| 1);
+        }
+        for tl in &self.tl_several {
+            tl.get_or(|| 1);
+        }
         RAW.with(|r| {
             if r.get().is_null() {
                 r.set(Box::into_raw(Box::new(1u64)));
@@ -171,6 +183,8 @@ pub fn lookup_arms() -> Vec<Arm> {
         "owner get", "thread_local crate" => |w, t, i| *w.tl_crate.get().unwrap();
         "owner get", "rank_local! (epoch)" => |w, t, i| *MACRO.get();
         "owner get", "RankLocal<Epoch>" => |w, t, i| *w.epoch.get();
+        "owner get", "4 thread_local crates in turn" => |w, t, i| *w.tl_several[i as usize % 4].get().unwrap();
+        "owner get", "4 RankLocal<Epoch>s in turn" => |w, t, i| *w.several[i as usize % 4].get();
         "owner get", "RankLocal<ArcSwap>" => |w, t, i| *w.arc_swap.get();
         "owner get", "RankLocal<Baseline>" => |w, t, i| *w.baseline.get();
         "owner get", "RwLock<HashMap> (no cache)" => |w, t, i| **w.rwlock.read().unwrap().get(&RankId::this_thread().as_u64()).unwrap();
