@@ -2,7 +2,7 @@
 //! printed as a table of ns/op with ratios, for 1 and 2 threads.
 //!
 //! ```text
-//! cargo run --release --example compare                 # ~30 s
+//! cargo run --release --example compare                 # ~20 s
 //! cargo run --release --example compare -- --help
 //! cargo run --release --example compare -- --json papers/results.json --svg papers/lookups.svg --svg-ranks papers/first_touch.svg
 //! ```
@@ -331,7 +331,11 @@ fn write_ranks_svg(path: &str, inserts: &[(String, usize, f64)]) {
         ("baseline", "#e15759"),
     ];
     let (left, top, width, height) = (70.0, 46.0, 460.0, 260.0);
-    let (xlo, xhi) = (4f64.log10(), 1024f64.log10());
+    let (first, last) = (
+        FIRST_TOUCH_RANKS[0],
+        FIRST_TOUCH_RANKS[FIRST_TOUCH_RANKS.len() - 1],
+    );
+    let (xlo, xhi) = ((first as f64).log10(), (last as f64).log10());
     let ymax = inserts.iter().fold(100.0f64, |a, i| a.max(i.2));
     let (ylo, yhi) = (100f64.log10(), ymax.log10() + 0.1);
     let x = |n: usize| left + ((n as f64).log10() - xlo) / (xhi - xlo) * width;
