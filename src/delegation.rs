@@ -49,6 +49,37 @@ impl Drop for Restore {
     }
 }
 
+impl RankId {
+    /// Binds `f` to this rank: returns a closure that runs `f` [`on_behalf_of`] `self`, on
+    /// whichever thread calls it. The way to carry the rank into work another thread runs, which
+    /// otherwise runs as that thread's own rank (see the crate docs' table):
+    ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// static HITS: RankLocal<AtomicUsize> = RankLocal::new();
+    ///
+    /// let me = RankId::current();
+    /// let seen = std::thread::spawn(RankId::current().bind(|| {
+    ///     HITS.get().fetch_add(1, Ordering::Relaxed); // the spawner's instance
+    ///     RankId::current()
+    /// }))
+    /// .join()
+    /// .unwrap();
+    /// assert_eq!(seen, me);
+    /// assert_eq!(HITS.get().load(Ordering::Relaxed), 1);
+    /// ```
+    ///
+    /// Like `tracing`'s `Span::in_scope`, but deferred: the rank is the one `bind` was called on
+    /// (`RankId::current()` evaluated by the spawner), not the one current where the closure
+    /// runs. The closure is `Send` and `'static` when `f` is.
+    #[inline]
+    pub fn bind<R>(self, f: impl FnOnce() -> R) -> impl FnOnce() -> R {
+        move || on_behalf_of(self, f)
+    }
+}
+
 /// Runs a future as a rank: every poll of [`OnBehalfOf`] runs inside
 /// [`on_behalf_of`], on whichever thread polls it.
 ///
@@ -70,6 +101,31 @@ pub trait OnBehalfExt: Future + Sized {
     /// Wraps `self` so that every poll runs as `rank`.
     fn on_behalf_of(self, rank: RankId) -> OnBehalfOf<Self> {
         OnBehalfOf { inner: self, rank }
+    }
+
+    /// Wraps `self` so that every poll runs as the rank current *now*, where `in_current_rank` is
+    /// called ([`RankId::current`]): the way to carry the rank into a spawned task, which is
+    /// otherwise polled as the executor thread's own rank (`tokio::spawn(fut.in_current_rank())`;
+    /// as `tracing`'s `.in_current_span()`).
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, OnBehalfExt, RankId};
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     let waker = std::task::Waker::noop();
+    /// #     let mut cx = std::task::Context::from_waker(&waker);
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v } }
+    /// # }
+    /// let rank = std::thread::spawn(RankId::this_thread).join().unwrap();
+    /// // the closure only *builds* the future; without `in_current_rank` it would be polled later,
+    /// // outside the delegation, as this thread's own rank
+    /// let fut = on_behalf_of(rank, || async { RankId::current() }.in_current_rank());
+    /// assert_eq!(fut.rank(), rank);
+    /// assert_eq!(block_on(fut), rank);
+    /// ```
+    #[inline]
+    fn in_current_rank(self) -> OnBehalfOf<Self> {
+        self.on_behalf_of(RankId::current())
     }
 }
 

@@ -1,5 +1,9 @@
-//! Rank identities: one `u64` per OS thread, handed out from a process-wide counter and never
-//! reused, plus the registry of live threads that [`RankLocal::purge_exited`] consults.
+//! Rank identities: one `u64` per OS thread or [`Rank`], handed out from one process-wide counter
+//! and never reused, plus the registry of live ranks that [`RankLocal::purge_exited`] consults.
+//!
+//! *Exited* is one notion, owned here: a rank is live from the moment its id is handed out until
+//! [`exit`] removes it from [`LIVE`] — when its thread's thread-local destructors run, or when its
+//! `Rank` is dropped. Everything that asks whether a rank has exited asks [`LIVE`].
 //!
 //! The per-thread state is a `const`-initialized thread-local of plain `Cell`s with no destructor,
 //! so it can be read at any point of a thread's life, including from another thread-local's
@@ -16,10 +20,11 @@ use crate::primitive::{global, lock, tls, AtomicU64, Mutex, Ordering};
 /// A rank's identity: one per OS thread, unique for the life of the process and never reused,
 /// even after the thread exits (as PyTorch's `RecordFunction::currentThreadId()`).
 ///
-/// Ids are handed out on a thread's first use of the crate, starting at 1, in the order threads
-/// first ask for them. A `RankId` can only be obtained from a running thread
-/// ([`RankId::this_thread`], [`RankId::current`]); pass it to a worker and call
-/// [`on_behalf_of`](crate::on_behalf_of) there to act for that rank.
+/// Ids are handed out on a thread's first use of the crate, or by [`Rank::new`], starting at 1, in
+/// the order they are asked for; threads and [`Rank`]s share one id space. A `RankId` is obtained
+/// from a running thread ([`RankId::this_thread`], [`RankId::current`]) or from a [`Rank`]
+/// ([`Rank::id`]); pass it to a worker and call [`on_behalf_of`](crate::on_behalf_of) (or
+/// [`RankId::bind`]) there to act for that rank.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct RankId(u64);
 
@@ -55,6 +60,89 @@ impl RankId {
 impl fmt::Display for RankId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "rank#{}", self.0)
+    }
+}
+
+/// An owned logical rank, not tied to an OS thread: one per request, task or simulated process.
+///
+/// [`Rank::new`] hands out a fresh [`RankId`] from the same counter as thread ranks (unique, never
+/// reused). Nothing runs as the rank by itself: act as it with
+/// [`on_behalf_of`](crate::on_behalf_of)`(rank.id(), ..)`, [`RankId::bind`] or
+/// [`OnBehalfExt::on_behalf_of`](crate::OnBehalfExt::on_behalf_of), on any thread. The rank is
+/// *live* while the `Rank` exists; dropping it makes the rank *exited*, exactly as a thread's rank
+/// exits when the thread ends, so [`RankLocal::purge_exited`](crate::RankLocal::purge_exited)
+/// keeps its instances while the `Rank` lives and drops them after.
+///
+/// ```
+/// use ranklocal::{on_behalf_of, Rank, RankLocal};
+/// use std::sync::Mutex;
+///
+/// let mut log: RankLocal<Mutex<Vec<&str>>> = RankLocal::new();
+/// let request = Rank::new();
+/// let id = request.id();
+/// std::thread::scope(|s| {
+///     s.spawn(|| on_behalf_of(id, || log.get().lock().unwrap().push("parse")));
+/// });
+/// on_behalf_of(id, || log.get().lock().unwrap().push("reply")); // another thread, same instance
+/// assert_eq!(*log.get_for(id).unwrap().lock().unwrap(), ["parse", "reply"]);
+/// assert_eq!(log.purge_exited(), 0); // the Rank is alive: its instance stays
+/// drop(request);
+/// assert_eq!(log.purge_exited(), 1); // exited: its instance is dropped
+/// assert!(sessions.get_for(id).is_none());
+/// ```
+///
+/// # `Send`, `Sync`, not `Clone`
+/// A `Rank` is `Send` and `Sync`: it holds only its id, and dropping it on any thread just marks
+/// the id exited, so it can move with the request it stands for (into a task, across an
+/// `.await`, to another thread) or be shared by reference. It is **not** `Clone`: a `Rank` is the
+/// rank's *lifetime*, and two owners whose first drop ends the rank for both (or a "clone" that
+/// is a different rank) would both surprise. Copy the [`RankId`] to act for the rank; wrap the
+/// `Rank` in an `Arc` to share its ownership (the rank then exits with the last `Arc`).
+///
+/// ```compile_fail
+/// let a = ranklocal::Rank::new();
+/// let b = a.clone(); // error: `Rank` is not `Clone`
+/// ```
+/// ```
+/// let a = std::sync::Arc::new(ranklocal::Rank::new());
+/// let b = a.clone(); // shared ownership: the rank exits when the last Arc is dropped
+/// assert_eq!(a.id(), b.id());
+/// ```
+#[derive(Debug)]
+pub struct Rank {
+    /// This rank's id; in [`LIVE`] from [`Rank::new`] until this `Rank` is dropped.
+    id: RankId,
+}
+
+impl Rank {
+    /// A new live rank with a fresh id (never handed out before, to a thread or a `Rank`).
+    #[must_use = "a Rank exits when dropped; dropping it at once makes an exited rank"]
+    pub fn new() -> Rank {
+        let id = fresh_id();
+        lock(&LIVE).insert(id);
+        Rank {
+            id: RankId::from_raw(id),
+        }
+    }
+
+    /// This rank's id: act as the rank with [`on_behalf_of`](crate::on_behalf_of)`(rank.id(), ..)`.
+    #[inline]
+    pub fn id(&self) -> RankId {
+        self.id
+    }
+}
+
+impl Default for Rank {
+    /// Same as [`Rank::new`].
+    fn default() -> Rank {
+        Rank::new()
+    }
+}
+
+impl Drop for Rank {
+    /// Makes the rank exited (for [`purge_exited`](crate::RankLocal::purge_exited)).
+    fn drop(&mut self) {
+        exit(self.id.0);
     }
 }
 
@@ -118,12 +206,18 @@ pub(crate) fn own_raw() -> u64 {
     }
 }
 
-#[cold]
-fn assign_own() -> u64 {
+/// A fresh rank id, for a thread or a [`Rank`]: never 0, never handed out before.
+fn fresh_id() -> u64 {
     // Relaxed: the counter only has to hand out distinct values; nothing is published with it.
     let id = NEXT_RANK.fetch_add(1, Ordering::Relaxed);
-    // u64::MAX marks empty thread-cache entries; 2^64 - 1 thread ids will not be handed out.
+    // u64::MAX marks empty thread-cache entries; 2^64 - 1 rank ids will not be handed out.
     assert!(id != u64::MAX, "ranklocal: rank ids exhausted");
+    id
+}
+
+#[cold]
+fn assign_own() -> u64 {
+    let id = fresh_id();
     STATE.with(|s| {
         s.own.set(id);
         if s.current.get() == 0 {
@@ -149,13 +243,19 @@ pub(crate) fn restore_current(prev: u64) {
     STATE.with(|s| s.current.set(if prev != 0 { prev } else { s.own.get() }));
 }
 
-/// Dropped when the thread exits: removes its id from [`LIVE`].
+/// Makes rank `id` exited: the one place a rank stops being live, for a thread (its exit hook) and
+/// for a [`Rank`] (its drop) alike. Idempotent.
+fn exit(id: u64) {
+    lock(&LIVE).remove(&id);
+}
+
+/// Dropped when the thread exits: makes its rank exited.
 #[cfg_attr(loom, allow(dead_code))]
 struct ExitHook(u64);
 
 impl Drop for ExitHook {
     fn drop(&mut self) {
-        lock(&LIVE).remove(&self.0);
+        exit(self.0);
     }
 }
 
@@ -165,7 +265,9 @@ tls! {
 }
 
 /// Under loom the exit hook would run after loom has torn down its globals (the model's main
-/// thread exits last), so liveness is not tracked there: `purge_exited` is not modeled.
+/// thread exits last), so *thread* liveness is not tracked there: every thread rank counts as
+/// exited for `purge_exited`. [`Rank`]s are tracked under loom too (their drop runs inside the
+/// model).
 #[cfg(loom)]
 fn register_live(_id: u64) {}
 
@@ -175,11 +277,12 @@ fn register_live(id: u64) {
     // A thread that gets its id while it is already being torn down cannot register a hook any
     // more: take it back out of LIVE right away, so it counts as exited (it is exiting).
     if EXIT_HOOK.try_with(|h| h.set(Some(ExitHook(id)))).is_err() {
-        lock(&LIVE).remove(&id);
+        exit(id);
     }
 }
 
-/// Calls `f` with the set of live thread ids (cold path of `purge_exited`).
+/// Calls `f` with the set of live rank ids: threads that have not exited and [`Rank`]s not yet
+/// dropped (cold path of `purge_exited`).
 pub(crate) fn with_live<R>(f: impl FnOnce(&BTreeSet<u64>) -> R) -> R {
     f(&lock(&LIVE))
 }

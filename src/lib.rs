@@ -45,7 +45,7 @@ mod snapshot;
 pub use crate::backend::ArcSwap;
 pub use crate::backend::{Backend, Baseline, Epoch};
 pub use crate::delegation::{on_behalf_of, OnBehalfExt, OnBehalfOf};
-pub use crate::identity::RankId;
+pub use crate::identity::{Rank, RankId};
 #[cfg(not(loom))]
 pub use crate::key::RankLocalKey;
 pub use crate::rank_local::{Iter, IterMut, RankLocal};
