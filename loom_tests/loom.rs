@@ -20,7 +20,7 @@ use loom::alloc::Track;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use ranklocal::{on_behalf_of, Backend, Baseline, Epoch, RankId, RankLocal};
+use ranklocal::{on_behalf_of, Backend, Baseline, Epoch, Rank, RankId, RankLocal};
 
 /// Outcomes (bits) the executions of the running model have shown; see [`outcome`].
 static OUTCOMES: StdAtomicUsize = StdAtomicUsize::new(0);
@@ -369,5 +369,70 @@ fn m7e_iter_while_inserting_baseline() {
         3,
         0b11,
         iter_while_inserting::<Baseline>,
+    );
+}
+
+/// 8. A `Rank` is dropped while a delegate on another thread acts for it (its first touch), then
+///    purged. Liveness of `Rank`s is tracked under loom (their drop runs inside the model; thread
+///    ranks are not, so the model's threads never touch their own instances). The instance made
+///    for the rank after, before or during its drop belongs to it: one init, reachable until the
+///    purge, dropped by the purge exactly once (its `Track` catches a leak or a double drop); a live
+///    `Rank`'s instance survives the purge.
+fn rank_dropped_while_a_delegate_acts<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let kept = Rank::new();
+    let dropped = Rank::new();
+    let (kept_id, id) = (kept.id(), dropped.id());
+    on_behalf_of(kept_id, || rl.get_or(|| Inst::new(1)));
+    let delegate = {
+        let rl = rl.clone();
+        thread::spawn(move || on_behalf_of(id, || rl.get_or(|| Inst::new(2)).value))
+    };
+    drop(dropped);
+    let seen = rl.get_for(id).map(|i| i.value);
+    assert_eq!(delegate.join().unwrap(), 2);
+    assert!(seen.is_none() || seen == Some(2), "get_for saw {seen:?}");
+    outcome(if seen.is_some() { 1 } else { 2 }); // 1: the delegate's insert came first; 2: after
+    let Ok(mut rl) = Arc::try_unwrap(rl) else {
+        panic!("the delegate still holds the RankLocal after join");
+    };
+    assert_eq!(
+        rl.get_for(id).map(|i| i.value),
+        Some(2),
+        "an exited rank's instance vanished"
+    );
+    assert_eq!(
+        rl.purge_exited(),
+        1,
+        "purge did not drop exactly the dropped Rank's instance"
+    );
+    assert!(rl.get_for(id).is_none());
+    assert_eq!(
+        rl.get_for(kept_id).map(|i| i.value),
+        Some(1),
+        "a live Rank's instance was purged"
+    );
+    drop(kept);
+    assert_eq!(rl.purge_exited(), 1);
+    assert!(rl.is_empty());
+}
+
+#[test]
+fn m8_rank_dropped_while_a_delegate_acts_epoch() {
+    model(
+        "m8 Rank dropped while a delegate acts, purged (epoch)",
+        120,
+        0b11,
+        rank_dropped_while_a_delegate_acts::<Epoch>,
+    );
+}
+
+#[test]
+fn m8b_rank_dropped_while_a_delegate_acts_baseline() {
+    model(
+        "m8b Rank dropped while a delegate acts, purged (baseline)",
+        3,
+        0b11,
+        rank_dropped_while_a_delegate_acts::<Baseline>,
     );
 }
