@@ -460,6 +460,8 @@ fn main() {
         ]);
     }
 
+    propagation::run(o.dur);
+
     if let Some(p) = &o.json {
         write_json(p, &rows, &inserts, &o);
     }
@@ -468,5 +470,142 @@ fn main() {
     }
     if let Some(p) = &o.svg_ranks {
         write_ranks_svg(p, &inserts);
+    }
+}
+
+/// Carrying the rank into other work: the overhead of `RankId::bind` (vs a direct call and vs
+/// `on_behalf_of`) and of `in_current_rank` (vs the bare future and vs `.on_behalf_of(rank)`);
+/// "x plain" is the ratio to the direct call / bare future.
+/// Its own section with its own table: one thread (the cost is thread-local; nothing is shared),
+/// the arms interleaved round by round, the fastest round of each reported.
+mod propagation {
+    use std::future::Future;
+    use std::hint::black_box;
+    use std::task::{Context, Poll, Waker};
+    use std::time::{Duration, Instant};
+
+    use ranklocal::{on_behalf_of, OnBehalfExt, Rank, RankId};
+
+    /// The work being carried: read the current rank (what a `RankLocal` lookup starts with).
+    #[inline(always)]
+    fn work() -> u64 {
+        RankId::current().as_u64()
+    }
+
+    /// Polls a future that is ready on its first poll.
+    #[inline(always)]
+    fn poll_once<F: Future>(f: F) -> F::Output {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => v,
+            Poll::Pending => unreachable!("the future is ready at once"),
+        }
+    }
+
+    type Op = fn(RankId, u64);
+
+    /// `(group, arm, op)`; the first arm of a group is its reference.
+    const ARMS: [(&str, &str, Op); 6] = [
+        (
+            "bind: run a closure as a rank",
+            "direct call f()",
+            |_, n| {
+                for _ in 0..n {
+                    black_box(black_box(work)());
+                }
+            },
+        ),
+        (
+            "bind: run a closure as a rank",
+            "on_behalf_of(rank, f)",
+            |r, n| {
+                for _ in 0..n {
+                    black_box(on_behalf_of(black_box(r), black_box(work)));
+                }
+            },
+        ),
+        (
+            "bind: run a closure as a rank",
+            "rank.bind(f)() (bind + call)",
+            |r, n| {
+                for _ in 0..n {
+                    black_box(black_box(r).bind(black_box(work))());
+                }
+            },
+        ),
+        (
+            "in_current_rank: build + poll a ready future",
+            "bare future",
+            |_, n| {
+                for _ in 0..n {
+                    black_box(poll_once(async { work() }));
+                }
+            },
+        ),
+        (
+            "in_current_rank: build + poll a ready future",
+            "fut.on_behalf_of(rank)",
+            |r, n| {
+                for _ in 0..n {
+                    black_box(poll_once(async { work() }.on_behalf_of(black_box(r))));
+                }
+            },
+        ),
+        (
+            "in_current_rank: build + poll a ready future",
+            "fut.in_current_rank()",
+            |_, n| {
+                for _ in 0..n {
+                    black_box(poll_once(async { work() }.in_current_rank()));
+                }
+            },
+        ),
+    ];
+
+    pub fn run(dur: Duration) {
+        let rank = Rank::new();
+        let r = rank.id();
+        let batch = 10_000u64;
+        let mut best = [f64::INFINITY; ARMS.len()];
+        let mut rounds = 0;
+        // in_current_rank captures the rank current where it is called: run every arm while
+        // acting for `r`, so every arm carries the same rank
+        on_behalf_of(r, || {
+            for (_, _, op) in &ARMS {
+                op(r, batch); // warm up
+            }
+            let deadline = Instant::now() + dur;
+            while rounds < 4 || Instant::now() < deadline {
+                for (i, (_, _, op)) in ARMS.iter().enumerate() {
+                    let t = Instant::now();
+                    op(r, batch);
+                    best[i] = best[i].min(t.elapsed().as_nanos() as f64 / batch as f64);
+                }
+                rounds += 1;
+            }
+        });
+        println!(
+            "\ncarrying the rank (1 thread, fastest of {rounds} interleaved rounds of {batch} ops per arm)"
+        );
+        let mut group = "";
+        let (mut base, mut obo) = (0.0, 0.0);
+        for (i, (g, arm, _)) in ARMS.iter().enumerate() {
+            if *g != group {
+                group = g;
+                base = best[i];
+                obo = best[i + 1];
+                println!(
+                    "{g}\n  {:<34} {:>9} {:>10} {:>14}",
+                    "arm", "ns/op", "x plain", "x on_behalf_of"
+                );
+            }
+            println!(
+                "  {arm:<34} {:>9.2} {:>10.2} {:>14.2}",
+                best[i],
+                best[i] / base,
+                best[i] / obo
+            );
+        }
     }
 }
