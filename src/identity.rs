@@ -88,7 +88,7 @@ impl fmt::Display for RankId {
 /// assert_eq!(log.purge_exited(), 0); // the Rank is alive: its instance stays
 /// drop(request);
 /// assert_eq!(log.purge_exited(), 1); // exited: its instance is dropped
-/// assert!(sessions.get_for(id).is_none());
+/// assert!(log.get_for(id).is_none());
 /// ```
 ///
 /// # `Send`, `Sync`, not `Clone`

@@ -136,7 +136,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// The current rank's instance, created with `T::default()` on first use.
     ///
     /// The current rank is [`RankId::current`]: the thread's own, or the one it acts for inside
-    /// [`on_behalf_of`](crate::on_behalf_of).
+    /// [`on_behalf_of`](crate::on_behalf_of). If that rank has exited, this still returns (or
+    /// creates) its instance; [`purge_exited`](Self::purge_exited) drops it.
     ///
     /// # Panics
     /// If called for a rank from inside that rank's own `init` on this `RankLocal` (reentrant
@@ -187,8 +188,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         self.get_for(RankId::current())
     }
 
-    /// `rank`'s instance if it exists; never creates one. Works for any rank, including one
-    /// whose thread has exited (until [`purge_exited`](Self::purge_exited)).
+    /// `rank`'s instance if it exists; never creates one. Works for any rank, including one that
+    /// has exited — its thread ended or its [`Rank`](crate::Rank) was dropped — until
+    /// [`purge_exited`](Self::purge_exited) drops the instance.
     #[inline]
     pub fn get_for(&self, rank: RankId) -> Option<&T> {
         let rank = rank.as_u64();
@@ -227,10 +229,14 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         self.remove_where(&mut |_| false);
     }
 
-    /// Drops the instances of ranks whose thread has exited, returning how many.
+    /// Drops the instances of ranks that have exited, returning how many.
     ///
-    /// A thread counts as exited once its thread-local destructors have started; threads whose
-    /// destructors never run (the main thread at process exit) never count as exited.
+    /// A thread's rank counts as exited once its thread-local destructors have started; threads
+    /// whose destructors never run (the main thread at process exit) never count as exited. A
+    /// [`Rank`](crate::Rank)'s rank counts as exited once the `Rank` is dropped, and is live
+    /// until then, whether or not any thread acts for it. An exited rank can still be acted for;
+    /// an instance made for it afterwards is dropped by the next purge (see the crate docs'
+    /// "Exited ranks").
     pub fn purge_exited(&mut self) -> usize {
         // Collect the live set first: dropping instances may touch rank ids (and its lock).
         let live = identity::with_live(|live| live.clone());
