@@ -492,7 +492,9 @@ mod propagation {
         RankId::current().as_u64()
     }
 
-    /// Polls a future that is ready on its first poll.
+    /// Polls a future that is ready on its first poll. The arms pass the future through
+    /// `black_box` first, so the compiler cannot see that `in_current_rank` captured the very rank
+    /// that is current at the poll (it would elide the switch; a spawned task is polled elsewhere).
     #[inline(always)]
     fn poll_once<F: Future>(f: F) -> F::Output {
         let mut cx = Context::from_waker(Waker::noop());
@@ -539,7 +541,7 @@ mod propagation {
             "bare future",
             |_, n| {
                 for _ in 0..n {
-                    black_box(poll_once(async { work() }));
+                    black_box(poll_once(black_box(async { work() })));
                 }
             },
         ),
@@ -557,7 +559,7 @@ mod propagation {
             "fut.in_current_rank()",
             |_, n| {
                 for _ in 0..n {
-                    black_box(poll_once(async { work() }.in_current_rank()));
+                    black_box(poll_once(black_box(async { work() }.in_current_rank())));
                 }
             },
         ),
