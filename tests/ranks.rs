@@ -66,6 +66,39 @@ fn rank_is_send_sync_default_debug() {
     assert_ne!(Rank::default().id(), r.id());
 }
 
+ranklocal::rank_local! {
+    /// A `rank_local!` static: its own-rank slot must not answer for a `Rank` or a bound closure.
+    static HITS: AtomicUsize = AtomicUsize::new(0);
+}
+
+#[test]
+fn rank_local_statics_follow_ranks_and_bind() {
+    thread::spawn(|| {
+        HITS.get().fetch_add(1, Ordering::Relaxed); // this thread's own slot is filled now
+        let r = Rank::new();
+        thread::spawn(r.id().bind(|| HITS.get().fetch_add(10, Ordering::Relaxed)))
+            .join()
+            .unwrap();
+        r.id().bind(|| HITS.get().fetch_add(100, Ordering::Relaxed))();
+        assert_eq!(
+            on_behalf_of(r.id(), || HITS.get().load(Ordering::Relaxed)),
+            110
+        );
+        assert_eq!(HITS.get_for(r.id()).unwrap().load(Ordering::Relaxed), 110);
+        assert_eq!(
+            HITS.get().load(Ordering::Relaxed),
+            1,
+            "own slot answered for the Rank"
+        );
+        let fut = on_behalf_of(r.id(), || {
+            async { HITS.get().load(Ordering::Relaxed) }.in_current_rank()
+        });
+        assert_eq!(block_on(fut), 110);
+    })
+    .join()
+    .unwrap();
+}
+
 fn rank_ids_are_fresh_and_share_the_thread_id_space<B: Backend>() {
     let rl = RankLocal::<u32, B>::new();
     let mut seen = HashSet::new();
