@@ -75,6 +75,7 @@ impl RankId {
     /// (`RankId::current()` evaluated by the spawner), not the one current where the closure
     /// runs. The closure is `Send` and `'static` when `f` is.
     #[inline]
+    #[must_use = "bind returns a closure: call it, or hand it to a spawner, to run `f`"]
     pub fn bind<R>(self, f: impl FnOnce() -> R) -> impl FnOnce() -> R {
         move || on_behalf_of(self, f)
     }
