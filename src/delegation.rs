@@ -73,11 +73,37 @@ impl RankId {
     ///
     /// Like `tracing`'s `Span::in_scope`, but deferred: the rank is the one `bind` was called on
     /// (`RankId::current()` evaluated by the spawner), not the one current where the closure
-    /// runs. The closure is `Send` and `'static` when `f` is.
+    /// runs. The closure is `Send` and `'static` when `f` is. If it is dropped without being
+    /// called (a cancelled job), `f` and what it captured are dropped as the rank too.
     #[inline]
     #[must_use = "bind returns a closure: call it, or hand it to a spawner, to run `f`"]
     pub fn bind<R>(self, f: impl FnOnce() -> R) -> impl FnOnce() -> R {
-        move || on_behalf_of(self, f)
+        let mut bound = Bound {
+            rank: self,
+            f: Some(f),
+        };
+        move || {
+            let f = bound
+                .f
+                .take()
+                .expect("ranklocal: bound closure taken twice");
+            on_behalf_of(bound.rank, f)
+        }
+    }
+}
+
+/// The state of a [`RankId::bind`] closure: `f` until it is called; dropped uncalled, it drops
+/// `f` as the rank (the same context `f` would have run in).
+struct Bound<F> {
+    rank: RankId,
+    f: Option<F>,
+}
+
+impl<F> Drop for Bound<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.f.take() {
+            on_behalf_of(self.rank, move || drop(f));
+        }
     }
 }
 

@@ -312,6 +312,29 @@ fn bind_runs_as_the_rank_and_restores<B: Backend>() {
     );
 }
 
+/// Records the rank current when it is dropped.
+struct DropsAs(Arc<std::sync::Mutex<Vec<RankId>>>);
+impl Drop for DropsAs {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().push(RankId::current());
+    }
+}
+
+#[test]
+fn a_bound_closure_drops_its_captures_as_the_rank() {
+    let rank = Rank::new();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // called: the captures are dropped when `f` returns, inside the rank
+    let guard = DropsAs(seen.clone());
+    rank.id().bind(move || drop(guard))();
+    // never called (a cancelled job): still dropped as the rank, on whichever thread drops it
+    let guard = DropsAs(seen.clone());
+    let uncalled = rank.id().bind(move || drop(guard));
+    thread::spawn(move || drop(uncalled)).join().unwrap();
+    assert_eq!(*seen.lock().unwrap(), [rank.id(), rank.id()]);
+    assert_eq!(RankId::current(), RankId::this_thread());
+}
+
 fn f_for(rank: RankId) -> impl FnOnce() -> RankId {
     rank.bind(RankId::current)
 }
