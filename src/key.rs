@@ -1,5 +1,5 @@
-//! [`rank_local!`](crate::rank_local) statics: a `static RankLocal` plus a thread-local slot of
-//! their own, so the owner's `get` is one thread-local read and the delegation check.
+//! [`rank_local!`](crate::rank_local) statics: a `RankLocal` in a `static` plus a thread-local slot
+//! of their own, so the owner's `get` is one thread-local read and the delegation check.
 
 use core::cell::Cell;
 
@@ -9,22 +9,52 @@ use crate::rank_local::{Iter, RankLocal};
 
 /// A rank-local static declared with [`rank_local!`](crate::rank_local); use it like a
 /// `std::thread::LocalKey`, but with `'static` references and delegation.
+///
+/// *Invariant* in `T`, like the [`RankLocal`] it holds (invariant I9): a
+/// `&'static RankLocalKey<&'static str>` cannot be used as a key of shorter-lived `&str`s.
+/// Only the expansion of [`rank_local!`](crate::rank_local) can build one.
 pub struct RankLocalKey<T: 'static> {
-    inner: &'static RankLocal<T>,
+    inner: RankLocal<T>,
     slot: &'static LocalKey<Cell<*const T>>,
     init: fn() -> T,
 }
 
-impl<T: Send + Sync + 'static> RankLocalKey<T> {
-    #[doc(hidden)]
-    pub const fn __new(
-        inner: &'static RankLocal<T>,
-        slot: &'static LocalKey<Cell<*const T>>,
-        init: fn() -> T,
-    ) -> Self {
-        RankLocalKey { inner, slot, init }
-    }
+// SAFETY: the only constructor, `__new`, requires `T: RankLocalValue`, i.e. `T: Send + Sync`, so
+// every `RankLocalKey<T>` that exists has a `RankLocal<T>` that is `Sync` (I7) and a slot that is
+// only read by its own thread (I8). Declared without the bound so that a `!Sync` `T` in
+// `rank_local!` gives that one readable error instead of one more per item of the expansion.
+unsafe impl<T: 'static> Sync for RankLocalKey<T> {}
 
+/// What [`rank_local!`](crate::rank_local) requires of its values: `Send + Sync`, as
+/// [`RankLocal`] does (a delegate on another thread reads the value through `&T`, and whichever
+/// thread drops the `RankLocal` drops it). Implemented for every such type.
+#[diagnostic::on_unimplemented(
+    message = "`rank_local!` values must be `Send + Sync`: `{Self}` is not",
+    label = "a `rank_local!` value must be `Send + Sync`",
+    note = "a delegate thread reads the value through `&T`: use a thread-safe type (a `Mutex`, an \
+            atomic, ...) instead of `Cell`, `RefCell` or `Rc`"
+)]
+pub trait RankLocalValue: Send + Sync + 'static {}
+
+impl<T: Send + Sync + 'static> RankLocalValue for T {}
+
+impl<T: RankLocalValue> RankLocalKey<T> {
+    /// Builds the key of one `rank_local!` static. Not public API: only the macro calls it.
+    ///
+    /// # Safety
+    /// `slot` must be a thread-local declared for this key alone (no other key, and no other
+    /// code, reads or writes it), initially null (I8).
+    #[doc(hidden)]
+    pub const unsafe fn __new(slot: &'static LocalKey<Cell<*const T>>, init: fn() -> T) -> Self {
+        RankLocalKey {
+            inner: RankLocal::new(),
+            slot,
+            init,
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// The current rank's instance, created with the static's initializer on first use.
     ///
     /// # Panics
@@ -34,9 +64,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
         let p = self.slot.with(Cell::get);
         // Non-short-circuit `&`: both reads are plain TLS loads, so one branch instead of two.
         if identity::acting_as_self() & !p.is_null() {
-            // SAFETY: the slot only ever holds an instance of `self.inner`, a `static`
-            // `RankLocal` that is never dropped nor mutably borrowed (I8, I1); it is read only
-            // while the thread acts as its own rank (I8).
+            // SAFETY: the slot is this key's alone (I8: only `__new`'s caller declares it) and
+            // only ever holds an instance of `self.inner`, a `RankLocal` inside a `static` that
+            // is never dropped nor mutably borrowed (I8, I1); it is read only while the thread
+            // acts as its own rank (I8).
             return unsafe { &*p };
         }
         self.get_slow()
@@ -85,13 +116,13 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
 
     /// The underlying `RankLocal`.
     pub fn as_rank_local(&'static self) -> &'static RankLocal<T> {
-        self.inner
+        &self.inner
     }
 }
 
 impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        core::fmt::Debug::fmt(self.inner, f)
+        core::fmt::Debug::fmt(&self.inner, f)
     }
 }
 
@@ -125,6 +156,14 @@ impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocal
 #[macro_export]
 macro_rules! rank_local {
     () => {};
+    // std's `const { EXPR }` form: evaluated at compile time, as in `thread_local!`.
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block; $($rest:tt)*) => {
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, { const $init });
+        $crate::rank_local!($($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block) => {
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, { const $init });
+    };
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
         $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, $init);
         $crate::rank_local!($($rest)*);
@@ -140,15 +179,19 @@ macro_rules! __rank_local_inner {
     ($(#[$attr:meta])* $vis:vis $name:ident, $t:ty, $init:expr) => {
         $(#[$attr])*
         $vis static $name: $crate::RankLocalKey<$t> = {
-            static INNER: $crate::RankLocal<$t> = $crate::RankLocal::new();
-            $crate::__private::thread_local! {
-                static SLOT: $crate::__private::Cell<*const $t> =
-                    const { $crate::__private::Cell::new(::core::ptr::null()) };
+            // Hygiene: the user's initializer is compiled here, outside the block below that
+            // declares the helper items, so every name in it resolves to the user's items. (A
+            // `let` binding made by the macro is hygienic: the user cannot name it.)
+            let init: fn() -> $t = || $init;
+            {
+                $crate::__private::thread_local! {
+                    static SLOT: $crate::__private::Cell<*const $t> =
+                        const { $crate::__private::Cell::new(::core::ptr::null()) };
+                }
+                // SAFETY: `SLOT` is declared just above, by this expansion, for this key alone,
+                // and starts null (I8).
+                unsafe { $crate::RankLocalKey::__new(&SLOT, init) }
             }
-            fn init() -> $t {
-                $init
-            }
-            $crate::RankLocalKey::__new(&INNER, &SLOT, init)
         };
     };
 }
