@@ -33,6 +33,8 @@
 
 mod backend;
 mod cache;
+#[cfg(doctest)]
+mod compile_fail_tests;
 mod delegation;
 mod identity;
 #[cfg(not(loom))]
