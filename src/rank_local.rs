@@ -73,6 +73,10 @@ global! {
     static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 }
 
+/// Makes a type that mentions it invariant in `T`, adding no auto-trait bound (a `fn` pointer is
+/// `Send`, `Sync` and `Unpin` whatever `T` is); see I9.
+type Invariant<T> = fn(T) -> T;
+
 /// A rank whose `init` is running, and the OS thread (its own rank id) running it.
 struct Claim {
     rank: u64,
@@ -113,7 +117,7 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     claim_ended: Condvar,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
-    _owns: PhantomData<(T, fn(T) -> T)>,
+    _owns: PhantomData<(T, Invariant<T>)>,
 }
 
 // SAFETY: `&RankLocal` hands out `&T` to any thread and lets any thread create an instance that
