@@ -151,6 +151,14 @@ impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocal
 /// assert_eq!(NAME.get(), &format!("rank {me}"));
 /// ```
 ///
+/// As in `thread_local!`, the initializer may be written `const { EXPR }`
+/// (`static N: AtomicU32 = const { AtomicU32::new(0) };`). The value type must be `Send + Sync`
+/// (a delegate on another thread reads it through `&T`); a `Cell`, `RefCell` or `Rc` is rejected
+/// with one error naming that requirement.
+///
+/// Hygiene: the initializer is compiled outside the block that declares the macro's helper items,
+/// so every name in it (`init`, `SLOT`, `INNER`, ...) means the caller's item.
+///
 /// Not available under `cfg(loom)` (loom cannot build a `static RankLocal`); use
 /// [`RankLocal`] objects there.
 #[macro_export]
