@@ -118,7 +118,7 @@
 //! use ranklocal::RankLocalKey;
 //! use std::cell::Cell;
 //! thread_local! { static SLOT: Cell<*const u32> = const { Cell::new(std::ptr::null()) }; }
-//! // SAFETY: `SLOT` is this key's alone and starts null (what `rank_local!` guarantees).
+//! // SAFETY (I8): `SLOT` is this key's alone and starts null, as `rank_local!` ensures.
 //! static KEY: RankLocalKey<u32> = unsafe { RankLocalKey::__new(&SLOT, || 0) };
 //! assert_eq!(*KEY.get(), 0);
 //! ```

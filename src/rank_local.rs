@@ -321,7 +321,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         let uid = self.uid.load(Ordering::Relaxed);
         let p = cache::lookup(uid, rank)?;
         // SAFETY: a hit for this `RankLocal`'s current uid is one of its published instances
-        // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1).
+        // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1); it is a `T` of
+        // exactly this type, lifetimes included, since `RankLocal` is invariant in `T` (I9).
         Some(unsafe { p.cast::<T>().as_ref() })
     }
 
@@ -352,7 +353,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             cache::store(self.uid(), rank, p);
         }
         // SAFETY: `p` is a published instance of this map (I2, I5), valid while `&self` lives
-        // (I1).
+        // (I1), inserted as this very `T` (invariance, I9).
         Some(unsafe { p.as_ptr::<T>().as_ref() })
     }
 
@@ -370,7 +371,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         if Self::cacheable(rank) {
             cache::store(self.uid(), rank, p);
         }
-        // SAFETY: `p` was just published in this map (I2, I5); valid while `&self` lives (I1).
+        // SAFETY: `p` was just published in this map (I2, I5); valid while `&self` lives (I1);
+        // the same `T` every reader of this `RankLocal` reads (I9).
         Ok(unsafe { p.as_ptr::<T>().as_ref() })
     }
 
