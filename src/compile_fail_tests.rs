@@ -106,20 +106,24 @@
 //!
 //! # A key cannot be built around a hand-made slot (I8)
 //!
-//! `RankLocalKey::__new` is `unsafe`: safe code cannot pass a slot of its own.
+//! `RankLocalKey::__new` is `unsafe`: safe code cannot pass a slot of its own. (Stable rustdoc
+//! does not check the error code; the twin shows that `unsafe` is the only difference.)
 //!
 //! ```compile_fail,E0133
-//! use ranklocal::RankLocalKey;
+//! use ranklocal::{RankLocalKey, __private::KeyStorage};
 //! use std::cell::Cell;
+//! static INNER: KeyStorage<u32> = KeyStorage::new();
 //! thread_local! { static SLOT: Cell<*const u32> = const { Cell::new(std::ptr::null()) }; }
-//! static KEY: RankLocalKey<u32> = RankLocalKey::__new(&SLOT, || 0);
+//! static KEY: RankLocalKey<u32> = RankLocalKey::__new(&INNER, &SLOT, || 0);
 //! ```
 //! ```
-//! use ranklocal::RankLocalKey;
+//! use ranklocal::{RankLocalKey, __private::KeyStorage};
 //! use std::cell::Cell;
+//! static INNER: KeyStorage<u32> = KeyStorage::new();
 //! thread_local! { static SLOT: Cell<*const u32> = const { Cell::new(std::ptr::null()) }; }
-//! // SAFETY (I8): `SLOT` is this key's alone and starts null, as `rank_local!` ensures.
-//! static KEY: RankLocalKey<u32> = unsafe { RankLocalKey::__new(&SLOT, || 0) };
+//! // SAFETY (I8): `INNER` and `SLOT` are this key's alone, `SLOT` starts null, as `rank_local!`
+//! // ensures.
+//! static KEY: RankLocalKey<u32> = unsafe { RankLocalKey::__new(&INNER, &SLOT, || 0) };
 //! assert_eq!(*KEY.get(), 0);
 //! ```
 

@@ -14,16 +14,34 @@ use crate::rank_local::{Iter, RankLocal};
 /// `&'static RankLocalKey<&'static str>` cannot be used as a key of shorter-lived `&str`s.
 /// Only the expansion of [`rank_local!`](crate::rank_local) can build one.
 pub struct RankLocalKey<T: 'static> {
-    inner: RankLocal<T>,
+    // Only shared references and a `fn` pointer: the key itself has no interior mutability, so
+    // the compiler treats the `static` as a constant and folds `slot` into the hit path.
+    inner: &'static KeyStorage<T>,
     slot: &'static LocalKey<Cell<*const T>>,
     init: fn() -> T,
 }
 
-// SAFETY: the only constructor, `__new`, requires `T: RankLocalValue`, i.e. `T: Send + Sync`, so
-// every `RankLocalKey<T>` that exists has a `RankLocal<T>` that is `Sync` (I7) and a slot that is
-// only read by its own thread (I8). Declared without the bound so that a `!Sync` `T` in
-// `rank_local!` gives that one readable error instead of one more per item of the expansion.
+// SAFETY: a `KeyStorage<T>` only exists if `T: RankLocalValue`, i.e. `T: Send + Sync` (its only
+// constructor requires it), so every `RankLocalKey<T>` refers to a `RankLocal<T>` that is `Sync`
+// (I7) and to a slot only its own thread reads (I8). Declared without the bound so that a `!Sync`
+// `T` in `rank_local!` gives one readable error instead of one more per item of the expansion.
 unsafe impl<T: 'static> Sync for RankLocalKey<T> {}
+
+/// The `RankLocal` of one `rank_local!` static, in a `static` of its own. Not public API.
+#[doc(hidden)]
+pub struct KeyStorage<T>(RankLocal<T>);
+
+// SAFETY: only `KeyStorage::new` builds one, and it requires `T: Send + Sync`, which makes the
+// `RankLocal<T>` inside `Sync` (I7). Unbounded for the same one-error reason as `RankLocalKey`.
+unsafe impl<T> Sync for KeyStorage<T> {}
+
+impl<T: RankLocalValue> KeyStorage<T> {
+    /// Empty storage for one `rank_local!` static; the check that its type is `Send + Sync`.
+    #[allow(clippy::new_without_default)] // only the macro builds one, in a `static`
+    pub const fn new() -> Self {
+        KeyStorage(RankLocal::new())
+    }
+}
 
 /// What [`rank_local!`](crate::rank_local) requires of its values: `Send + Sync`, as
 /// [`RankLocal`] does (a delegate on another thread reads the value through `&T`, and whichever
@@ -38,19 +56,19 @@ pub trait RankLocalValue: Send + Sync + 'static {}
 
 impl<T: Send + Sync + 'static> RankLocalValue for T {}
 
-impl<T: RankLocalValue> RankLocalKey<T> {
+impl<T: 'static> RankLocalKey<T> {
     /// Builds the key of one `rank_local!` static. Not public API: only the macro calls it.
     ///
     /// # Safety
-    /// `slot` must be a thread-local declared for this key alone (no other key, and no other
-    /// code, reads or writes it), initially null (I8).
+    /// `inner` and `slot` must be declared for this key alone: no other key, and no other code,
+    /// uses either; `slot` starts null (I8).
     #[doc(hidden)]
-    pub const unsafe fn __new(slot: &'static LocalKey<Cell<*const T>>, init: fn() -> T) -> Self {
-        RankLocalKey {
-            inner: RankLocal::new(),
-            slot,
-            init,
-        }
+    pub const unsafe fn __new(
+        inner: &'static KeyStorage<T>,
+        slot: &'static LocalKey<Cell<*const T>>,
+        init: fn() -> T,
+    ) -> Self {
+        RankLocalKey { inner, slot, init }
     }
 }
 
@@ -65,9 +83,9 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
         // Non-short-circuit `&`: both reads are plain TLS loads, so one branch instead of two.
         if identity::acting_as_self() & !p.is_null() {
             // SAFETY: the slot is this key's alone (I8: only `__new`'s caller declares it) and
-            // only ever holds an instance of `self.inner`, a `RankLocal` inside a `static` that
-            // is never dropped nor mutably borrowed (I8, I1); it is read only while the thread
-            // acts as its own rank (I8).
+            // only ever holds an instance of `self.inner`, a `RankLocal` in a `static` that is
+            // never dropped nor mutably borrowed (I8, I1); it is read only while the thread acts
+            // as its own rank (I8).
             return unsafe { &*p };
         }
         self.get_slow()
@@ -75,7 +93,7 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
 
     #[cold]
     fn get_slow(&'static self) -> &'static T {
-        let v = self.inner.get_or(self.init);
+        let v = self.inner.0.get_or(self.init);
         self.remember(v);
         v
     }
@@ -98,7 +116,7 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
                 return Some(unsafe { &*p });
             }
         }
-        let v = self.inner.try_get()?;
+        let v = self.inner.0.try_get()?;
         self.remember(v);
         Some(v)
     }
@@ -106,23 +124,23 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// `rank`'s instance if it exists; never creates one.
     #[inline]
     pub fn get_for(&'static self, rank: RankId) -> Option<&'static T> {
-        self.inner.get_for(rank)
+        self.inner.0.get_for(rank)
     }
 
     /// Every `(rank, instance)`, from one consistent snapshot.
     pub fn iter(&'static self) -> Iter<'static, T, crate::Epoch> {
-        self.inner.iter()
+        self.inner.0.iter()
     }
 
     /// The underlying `RankLocal`.
     pub fn as_rank_local(&'static self) -> &'static RankLocal<T> {
-        &self.inner
+        &self.inner.0
     }
 }
 
 impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        core::fmt::Debug::fmt(&self.inner, f)
+        core::fmt::Debug::fmt(&self.inner.0, f)
     }
 }
 
@@ -192,13 +210,15 @@ macro_rules! __rank_local_inner {
             // `let` binding made by the macro is hygienic: the user cannot name it.)
             let init: fn() -> $t = || $init;
             {
+                static INNER: $crate::__private::KeyStorage<$t> =
+                    $crate::__private::KeyStorage::new();
                 $crate::__private::thread_local! {
                     static SLOT: $crate::__private::Cell<*const $t> =
                         const { $crate::__private::Cell::new(::core::ptr::null()) };
                 }
-                // SAFETY: `SLOT` is declared just above, by this expansion, for this key alone,
-                // and starts null (I8).
-                unsafe { $crate::RankLocalKey::__new(&SLOT, init) }
+                // SAFETY: `INNER` and `SLOT` are declared just above, by this expansion, for this
+                // key alone; `SLOT` starts null (I8).
+                unsafe { $crate::RankLocalKey::__new(&INNER, &SLOT, init) }
             }
         };
     };

@@ -93,7 +93,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[doc(hidden)]
 pub mod __private {
     #[cfg(not(loom))]
-    pub use crate::key::RankLocalValue;
+    pub use crate::key::{KeyStorage, RankLocalValue};
     pub use core::cell::Cell;
     pub use std::thread_local;
 }
