@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize" LOOM_MAX_PREEMPTIONS=2 \
-//!     timeout 900 cargo test --release --test loom
+//!     timeout 1200 cargo test --release --target-dir target/loom --test loom
 //! ```
 //!
 //! Without `--cfg loom` this file compiles to nothing. Each model counts the executions loom
@@ -22,12 +22,32 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 use ranklocal::{on_behalf_of, Backend, Baseline, Epoch, Rank, RankId, RankLocal};
 
-/// Outcomes (bits) the executions of the running model have shown; see [`outcome`].
-static OUTCOMES: StdAtomicUsize = StdAtomicUsize::new(0);
+/// The counters of the model running on this OS thread. Counting is per model, never in a shared
+/// static, so models pass when cargo runs them on parallel test threads: loom runs every execution
+/// of a model (all of its loom threads, as coroutines) on the OS thread that called
+/// `Builder::check`, so a std thread-local set by [`model`] is the running model's own. [`outcome`]
+/// checks that it is set, so a loom that ran executions elsewhere would fail loudly.
+#[derive(Default)]
+struct Counts {
+    runs: StdAtomicUsize,
+    outcomes: StdAtomicUsize,
+}
+
+std::thread_local! {
+    static COUNTS: std::cell::RefCell<Option<std::sync::Arc<Counts>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn counts() -> std::sync::Arc<Counts> {
+    COUNTS.with(|c| c.borrow().clone()).expect(
+        "loom harness: no model is running on this OS thread (outcome() called outside model(), \
+         or loom ran an execution on another OS thread)",
+    )
+}
 
 /// Records that this execution ended in outcome `bit` (e.g. "the delegate's init won").
 fn outcome(bit: usize) {
-    OUTCOMES.fetch_or(bit, StdRelaxed);
+    counts().outcomes.fetch_or(bit, StdRelaxed);
 }
 
 /// Runs `f` under loom with a preemption bound (2 unless `LOOM_MAX_PREEMPTIONS` says otherwise),
@@ -35,21 +55,30 @@ fn outcome(bit: usize) {
 /// executions did not show every outcome in `outcomes` (both orders of a race, say): a model that
 /// stopped exploring (a std primitive bypassing the shim, a missing cfg) then fails instead of
 /// passing green. The minimums are about half the counts measured with loom 0.7.3 at bound 2;
-/// loom is deterministic, so the counts only move when the code or loom does.
+/// loom is deterministic, so the counts only move when the code or loom does. The counts are
+/// this model's own (see [`Counts`]).
 fn model(name: &str, min: usize, outcomes: usize, f: impl Fn() + Sync + Send + 'static) {
-    static RUNS: StdAtomicUsize = StdAtomicUsize::new(0);
-    RUNS.store(0, StdRelaxed);
-    OUTCOMES.store(0, StdRelaxed);
+    let mine = std::sync::Arc::new(Counts::default());
+    let previous = COUNTS.with(|c| c.borrow_mut().replace(mine.clone()));
+    assert!(previous.is_none(), "loom harness: models do not nest");
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(2);
     }
     let start = std::time::Instant::now();
+    let test_thread = std::thread::current().id();
+    let in_check = mine.clone();
     builder.check(move || {
-        RUNS.fetch_add(1, StdRelaxed);
+        assert_eq!(
+            std::thread::current().id(),
+            test_thread,
+            "loom ran an execution on another OS thread: per-model counts would be wrong"
+        );
+        in_check.runs.fetch_add(1, StdRelaxed);
         f();
     });
-    let runs = RUNS.load(StdRelaxed);
+    COUNTS.with(|c| c.borrow_mut().take());
+    let runs = mine.runs.load(StdRelaxed);
     println!(
         "loom model {name}: {runs} executions explored in {:.1?} (preemption bound {:?})",
         start.elapsed(),
@@ -59,7 +88,7 @@ fn model(name: &str, min: usize, outcomes: usize, f: impl Fn() + Sync + Send + '
         runs >= min,
         "{name}: only {runs} executions explored (expected >= {min})"
     );
-    let seen = OUTCOMES.load(StdRelaxed);
+    let seen = mine.outcomes.load(StdRelaxed);
     assert_eq!(
         seen & outcomes,
         outcomes,

@@ -7,6 +7,7 @@
 //! its own instances resolves to the delegated rank's (the C++ fast path does not).
 
 use core::future::Future;
+use core::mem::ManuallyDrop;
 use core::pin::Pin;
 use core::task::{Context, Poll};
 
@@ -16,6 +17,33 @@ use crate::identity::{replace_current, restore_current, RankId};
 /// `RankLocal` resolves to `rank`'s instance (creating it on first use, owned by `rank`).
 ///
 /// Calls nest; the previous rank is restored when `f` returns and when it unwinds.
+///
+/// # Only `f`'s own run, on this thread
+/// The rank holds while `f` runs on this thread, and nowhere else:
+/// - **A future escapes it.** `on_behalf_of(rank, || async { .. })` builds the future as `rank`
+///   and returns it *unpolled*: its body later runs as whichever thread polls it, not as `rank`,
+///   silently. Wrap the future instead: `async { .. }.on_behalf_of(rank)`
+///   ([`OnBehalfExt::on_behalf_of`]), whose every poll (and drop) runs as `rank`.
+/// - **Spawned work does not inherit it.** Threads and tasks started inside `f`
+///   (`std::thread::spawn`, `tokio::spawn`, `tokio::task::spawn_blocking`, a rayon job, ...) run
+///   as their own thread's rank. Pass the [`RankId`] along and call `on_behalf_of` there, or wrap
+///   the spawned future with [`OnBehalfExt::on_behalf_of`].
+///
+/// ```
+/// use ranklocal::{on_behalf_of, OnBehalfExt, RankId};
+/// let rank = std::thread::spawn(RankId::this_thread).join().unwrap();
+/// let escaped = on_behalf_of(rank, || async { RankId::current() }); // built as `rank` ...
+/// let wrapped = async { RankId::current() }.on_behalf_of(rank);
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #     let mut f = std::pin::pin!(f);
+/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v } }
+/// # }
+/// assert_eq!(block_on(escaped), RankId::this_thread()); // ... but runs as the poller
+/// assert_eq!(block_on(wrapped), rank);
+/// let spawned = on_behalf_of(rank, || std::thread::spawn(RankId::current).join().unwrap());
+/// assert_ne!(spawned, rank); // a thread spawned inside runs as its own rank
+/// ```
 ///
 /// ```
 /// use ranklocal::{on_behalf_of, RankId, RankLocal};
@@ -108,7 +136,14 @@ impl<F> Drop for Bound<F> {
 }
 
 /// Runs a future as a rank: every poll of [`OnBehalfOf`] runs inside
-/// [`on_behalf_of`], on whichever thread polls it.
+/// [`on_behalf_of`], on whichever thread polls it, and so does its drop (a cancelled future's
+/// destructors run as the rank).
+///
+/// What it does not cover: work the future hands to *other* tasks or threads. A `tokio::spawn`
+/// or `tokio::task::spawn_blocking` made inside an `OnBehalfOf` runs as the thread that executes
+/// it, not as the rank; wrap the spawned future too (`tokio::spawn(fut.on_behalf_of(rank))`) or
+/// call [`on_behalf_of`] inside the blocking closure. Likewise `on_behalf_of(rank, || async {..})`
+/// does *not* make the returned future run as `rank` (see [`on_behalf_of`]): use this trait.
 ///
 /// ```
 /// use ranklocal::{OnBehalfExt, RankId};
@@ -127,7 +162,10 @@ impl<F> Drop for Bound<F> {
 pub trait OnBehalfExt: Future + Sized {
     /// Wraps `self` so that every poll runs as `rank`.
     fn on_behalf_of(self, rank: RankId) -> OnBehalfOf<Self> {
-        OnBehalfOf { inner: self, rank }
+        OnBehalfOf {
+            inner: ManuallyDrop::new(self),
+            rank,
+        }
     }
 
     /// Wraps `self` so that every poll runs as the rank current *now*, where `in_current_rank` is
@@ -160,24 +198,64 @@ impl<F: Future> OnBehalfExt for F {}
 
 pin_project_lite::pin_project! {
     /// A future that polls its inner future as a given rank; see [`OnBehalfExt`].
+    ///
+    /// The inner future is also *dropped* as the rank (a cancelled future's destructors run
+    /// inside [`on_behalf_of`]`(rank)`, as tracing's `Instrumented` does for spans), so a handle
+    /// that deregisters itself from the rank's state on drop finds the rank's instance.
+    ///
+    /// Covariant in `F` (it owns one `F`, like `Box<F>`; invariant I9).
     #[must_use = "futures do nothing unless polled"]
     #[derive(Debug)]
     pub struct OnBehalfOf<F> {
+        // Structurally pinned; dropped only by the `PinnedDrop` below or moved out by
+        // `into_inner` (I11).
         #[pin]
-        inner: F,
+        inner: ManuallyDrop<F>,
         rank: RankId,
+    }
+
+    impl<F> PinnedDrop for OnBehalfOf<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            let rank = *this.rank;
+            let inner = this.inner;
+            on_behalf_of(rank, || {
+                // SAFETY: this is `OnBehalfOf`'s drop, which runs once, and `into_inner` (the
+                // only other way the future leaves) forgets the wrapper without running it: the
+                // future is dropped exactly once, in place, never moved while pinned (I11).
+                unsafe { ManuallyDrop::drop(inner.get_unchecked_mut()) }
+            });
+        }
     }
 }
 
 impl<F> OnBehalfOf<F> {
     /// The rank this future runs as.
+    ///
+    /// ```
+    /// use ranklocal::{OnBehalfExt, RankId};
+    /// let me = RankId::current();
+    /// assert_eq!(async {}.on_behalf_of(me).rank(), me);
+    /// ```
     pub fn rank(&self) -> RankId {
         self.rank
     }
 
-    /// Unwraps the inner future.
+    /// Unwraps the inner future (which then no longer runs, nor drops, as the rank).
+    ///
+    /// ```
+    /// use ranklocal::{OnBehalfExt, RankId};
+    /// let fut = async { 1 }.on_behalf_of(RankId::current());
+    /// let _plain = fut.into_inner();
+    /// ```
     pub fn into_inner(self) -> F {
-        self.inner
+        // `OnBehalfOf` has a drop, so it cannot be destructured: take the field out by reading
+        // it and forget the wrapper (tracing's `Instrumented::into_inner` does the same).
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is owned and not pinned (taken by value), its drop never runs
+        // (`ManuallyDrop`), and the field is read exactly once, so the future is moved out once
+        // and never dropped in place (I11). `rank` is `Copy`: nothing else needs dropping.
+        ManuallyDrop::into_inner(unsafe { core::ptr::read(&this.inner) })
     }
 }
 
@@ -187,7 +265,9 @@ impl<F: Future> Future for OnBehalfOf<F> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.project();
         let rank = *this.rank;
-        let inner = this.inner;
+        // SAFETY: the `ManuallyDrop` is structurally pinned and never moved out while pinned
+        // (I11), so pinning it pins the `F` inside; `ManuallyDrop` is `repr(transparent)`.
+        let inner = unsafe { this.inner.map_unchecked_mut(|f| &mut **f) };
         on_behalf_of(rank, || inner.poll(cx))
     }
 }

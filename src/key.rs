@@ -1,5 +1,5 @@
-//! [`rank_local!`](crate::rank_local) statics: a `static RankLocal` plus a thread-local slot of
-//! their own, so the owner's `get` is one thread-local read and the delegation check.
+//! [`rank_local!`](crate::rank_local) statics: a `RankLocal` in a `static` plus a thread-local slot
+//! of their own, so the owner's `get` is one thread-local read and the delegation check.
 
 use core::cell::Cell;
 
@@ -9,22 +9,70 @@ use crate::rank_local::{Iter, RankLocal};
 
 /// A rank-local static declared with [`rank_local!`](crate::rank_local); use it like a
 /// `std::thread::LocalKey`, but with `'static` references and delegation.
+///
+/// *Invariant* in `T`, like the [`RankLocal`] it holds (invariant I9): a
+/// `&'static RankLocalKey<&'static str>` cannot be used as a key of shorter-lived `&str`s.
+/// Only the expansion of [`rank_local!`](crate::rank_local) can build one.
 pub struct RankLocalKey<T: 'static> {
-    inner: &'static RankLocal<T>,
+    // Only shared references and a `fn` pointer: the key itself has no interior mutability, so
+    // the compiler treats the `static` as a constant and folds `slot` into the hit path.
+    inner: &'static KeyStorage<T>,
     slot: &'static LocalKey<Cell<*const T>>,
     init: fn() -> T,
 }
 
-impl<T: Send + Sync + 'static> RankLocalKey<T> {
+// SAFETY: a `KeyStorage<T>` only exists if `T: RankLocalValue`, i.e. `T: Send + Sync` (its only
+// constructor requires it), so every `RankLocalKey<T>` refers to a `RankLocal<T>` that is `Sync`
+// (I7) and to a slot only its own thread reads (I8). Declared without the bound so that a `!Sync`
+// `T` in `rank_local!` gives one readable error instead of one more per item of the expansion.
+unsafe impl<T: 'static> Sync for RankLocalKey<T> {}
+
+/// The `RankLocal` of one `rank_local!` static, in a `static` of its own. Not public API.
+#[doc(hidden)]
+pub struct KeyStorage<T>(RankLocal<T>);
+
+// SAFETY: only `KeyStorage::new` builds one, and it requires `T: Send + Sync`, which makes the
+// `RankLocal<T>` inside `Sync` (I7). Unbounded for the same one-error reason as `RankLocalKey`.
+unsafe impl<T> Sync for KeyStorage<T> {}
+
+impl<T: RankLocalValue> KeyStorage<T> {
+    /// Empty storage for one `rank_local!` static; the check that its type is `Send + Sync`.
+    #[allow(clippy::new_without_default)] // only the macro builds one, in a `static`
+    pub const fn new() -> Self {
+        KeyStorage(RankLocal::new())
+    }
+}
+
+/// What [`rank_local!`](crate::rank_local) requires of its values: `Send + Sync`, as
+/// [`RankLocal`] does (a delegate on another thread reads the value through `&T`, and whichever
+/// thread drops the `RankLocal` drops it). Implemented for every such type.
+#[diagnostic::on_unimplemented(
+    message = "`rank_local!` values must be `Send + Sync`: `{Self}` is not",
+    label = "a `rank_local!` value must be `Send + Sync`",
+    note = "a delegate thread reads the value through `&T`: use a thread-safe type (a `Mutex`, an \
+            atomic, ...) instead of `Cell`, `RefCell` or `Rc`"
+)]
+pub trait RankLocalValue: Send + Sync + 'static {}
+
+impl<T: Send + Sync + 'static> RankLocalValue for T {}
+
+impl<T: 'static> RankLocalKey<T> {
+    /// Builds the key of one `rank_local!` static. Not public API: only the macro calls it.
+    ///
+    /// # Safety
+    /// `inner` and `slot` must be declared for this key alone: no other key, and no other code,
+    /// uses either; `slot` starts null (I8).
     #[doc(hidden)]
-    pub const fn __new(
-        inner: &'static RankLocal<T>,
+    pub const unsafe fn __new(
+        inner: &'static KeyStorage<T>,
         slot: &'static LocalKey<Cell<*const T>>,
         init: fn() -> T,
     ) -> Self {
         RankLocalKey { inner, slot, init }
     }
+}
 
+impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// The current rank's instance, created with the static's initializer on first use.
     ///
     /// # Panics
@@ -34,9 +82,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
         let p = self.slot.with(Cell::get);
         // Non-short-circuit `&`: both reads are plain TLS loads, so one branch instead of two.
         if identity::acting_as_self() & !p.is_null() {
-            // SAFETY: the slot only ever holds an instance of `self.inner`, a `static`
-            // `RankLocal` that is never dropped nor mutably borrowed (I8, I1); it is read only
-            // while the thread acts as its own rank (I8).
+            // SAFETY: the slot is this key's alone (I8: only `__new`'s caller declares it) and
+            // only ever holds an instance of `self.inner`, a `RankLocal` in a `static` that is
+            // never dropped nor mutably borrowed (I8, I1); it is read only while the thread acts
+            // as its own rank (I8).
             return unsafe { &*p };
         }
         self.get_slow()
@@ -44,7 +93,7 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
 
     #[cold]
     fn get_slow(&'static self) -> &'static T {
-        let v = self.inner.get_or(self.init);
+        let v = self.inner.0.get_or(self.init);
         self.remember(v);
         v
     }
@@ -67,7 +116,7 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
                 return Some(unsafe { &*p });
             }
         }
-        let v = self.inner.try_get()?;
+        let v = self.inner.0.try_get()?;
         self.remember(v);
         Some(v)
     }
@@ -75,23 +124,23 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// `rank`'s instance if it exists; never creates one.
     #[inline]
     pub fn get_for(&'static self, rank: RankId) -> Option<&'static T> {
-        self.inner.get_for(rank)
+        self.inner.0.get_for(rank)
     }
 
     /// Every `(rank, instance)`, from one consistent snapshot.
     pub fn iter(&'static self) -> Iter<'static, T, crate::Epoch> {
-        self.inner.iter()
+        self.inner.0.iter()
     }
 
     /// The underlying `RankLocal`.
     pub fn as_rank_local(&'static self) -> &'static RankLocal<T> {
-        self.inner
+        &self.inner.0
     }
 }
 
 impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        core::fmt::Debug::fmt(self.inner, f)
+        core::fmt::Debug::fmt(&self.inner.0, f)
     }
 }
 
@@ -120,11 +169,27 @@ impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocal
 /// assert_eq!(NAME.get(), &format!("rank {me}"));
 /// ```
 ///
+/// As in `thread_local!`, the initializer may be written `const { EXPR }`
+/// (`static N: AtomicU32 = const { AtomicU32::new(0) };`). The value type must be `Send + Sync`
+/// (a delegate on another thread reads it through `&T`); a `Cell`, `RefCell` or `Rc` is rejected
+/// with one error naming that requirement.
+///
+/// Hygiene: the initializer is compiled outside the block that declares the macro's helper items,
+/// so every name in it (`init`, `SLOT`, `INNER`, ...) means the caller's item.
+///
 /// Not available under `cfg(loom)` (loom cannot build a `static RankLocal`); use
 /// [`RankLocal`] objects there.
 #[macro_export]
 macro_rules! rank_local {
     () => {};
+    // std's `const { EXPR }` form: evaluated at compile time, as in `thread_local!`.
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block; $($rest:tt)*) => {
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, { const $init });
+        $crate::rank_local!($($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block) => {
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, { const $init });
+    };
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
         $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, $init);
         $crate::rank_local!($($rest)*);
@@ -140,15 +205,21 @@ macro_rules! __rank_local_inner {
     ($(#[$attr:meta])* $vis:vis $name:ident, $t:ty, $init:expr) => {
         $(#[$attr])*
         $vis static $name: $crate::RankLocalKey<$t> = {
-            static INNER: $crate::RankLocal<$t> = $crate::RankLocal::new();
-            $crate::__private::thread_local! {
-                static SLOT: $crate::__private::Cell<*const $t> =
-                    const { $crate::__private::Cell::new(::core::ptr::null()) };
+            // Hygiene: the user's initializer is compiled here, outside the block below that
+            // declares the helper items, so every name in it resolves to the user's items. (A
+            // `let` binding made by the macro is hygienic: the user cannot name it.)
+            let init: fn() -> $t = || $init;
+            {
+                static INNER: $crate::__private::KeyStorage<$t> =
+                    $crate::__private::KeyStorage::new();
+                $crate::__private::thread_local! {
+                    static SLOT: $crate::__private::Cell<*const $t> =
+                        const { $crate::__private::Cell::new(::core::ptr::null()) };
+                }
+                // SAFETY: `INNER` and `SLOT` are declared just above, by this expansion, for this
+                // key alone; `SLOT` starts null (I8).
+                unsafe { $crate::RankLocalKey::__new(&INNER, &SLOT, init) }
             }
-            fn init() -> $t {
-                $init
-            }
-            $crate::RankLocalKey::__new(&INNER, &SLOT, init)
         };
     };
 }

@@ -90,6 +90,8 @@
 
 mod backend;
 mod cache;
+#[cfg(doctest)]
+mod compile_fail_tests;
 mod delegation;
 mod identity;
 #[cfg(not(loom))]

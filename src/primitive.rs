@@ -92,6 +92,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Re-exports for the expansion of [`rank_local!`](crate::rank_local); not public API.
 #[doc(hidden)]
 pub mod __private {
+    #[cfg(not(loom))]
+    pub use crate::key::{KeyStorage, RankLocalValue};
     pub use core::cell::Cell;
     pub use std::thread_local;
 }

@@ -43,7 +43,21 @@
 //!   dropped on whichever thread drops the `RankLocal`.
 //! - **I8 (static slots)** A [`rank_local!`](crate::rank_local) slot caches a pointer into its own
 //!   `static RankLocal`, which is never dropped nor mutably borrowed, so by I1 it is valid for
-//!   `'static`; it is only filled and read while the thread acts as its own rank.
+//!   `'static`; it is only filled and read while the thread acts as its own rank. A slot and its
+//!   `static RankLocal` are declared by one `rank_local!` expansion, for that key alone, and only
+//!   that expansion calls the `unsafe` constructor `RankLocalKey::__new` with them.
+//! - **I9 (variance)** `RankLocal<T, B>` and `RankLocalKey<T>` are *invariant* in `T` (they hand
+//!   out `&T` and insert `T` through `&self`, like `Cell<T>`), and so is `IterMut`; so no safe
+//!   coercion can insert a value under a shorter lifetime than the one it is later read at. `Iter`
+//!   is covariant (it only reads existing instances, like `slice::Iter`), `OnBehalfOf<F>` is
+//!   covariant in `F` (it owns one `F`, like `Box<F>`).
+//! - **I10 (drops keep going)** Freeing removed instances (`clear`, `purge_exited`, drop) frees
+//!   each exactly once even if a `T::drop` panics: the rest are freed during the unwind, then the
+//!   panic propagates. `into_iter` moves instances out without dropping them.
+//! - **I11 (the delegated future)** `OnBehalfOf`'s inner future sits in a `ManuallyDrop` that is
+//!   structurally pinned: it is polled only through `Pin<&mut OnBehalfOf>`, dropped in place
+//!   exactly once by `OnBehalfOf`'s drop (inside `on_behalf_of(rank)`), or moved out exactly once
+//!   by `into_inner`, which owns the unpinned wrapper and forgets it without running its drop.
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -58,6 +72,10 @@ global! {
     /// The next `RankLocal` uid (I4); 0 means "none assigned yet".
     static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 }
+
+/// Makes a type that mentions it invariant in `T`, adding no auto-trait bound (a `fn` pointer is
+/// `Send`, `Sync` and `Unpin` whatever `T` is); see I9.
+type Invariant<T> = fn(T) -> T;
 
 /// A rank whose `init` is running, and the OS thread (its own rank id) running it.
 struct Claim {
@@ -97,8 +115,9 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     claims: Mutex<Vec<Claim>>,
     /// Signalled whenever a claim ends.
     claim_ended: Condvar,
-    /// Owns `T`s (drop check; `Send` only if `T: Send`, I7).
-    _owns: PhantomData<T>,
+    /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
+    /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
+    _owns: PhantomData<(T, Invariant<T>)>,
 }
 
 // SAFETY: `&RankLocal` hands out `&T` to any thread and lets any thread create an instance that
@@ -150,11 +169,44 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         self.get_or(T::default)
     }
 
+    /// The current rank's instance, created with `T::default()` on first use: the same as
+    /// [`get`](Self::get), under the name the `thread_local` crate uses.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let hits: RankLocal<AtomicU32> = RankLocal::new();
+    /// hits.get_or_default().fetch_add(1, Ordering::Relaxed);
+    /// assert_eq!(hits.get_or_default().load(Ordering::Relaxed), 1);
+    /// assert!(std::ptr::eq(hits.get_or_default(), hits.get()));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get`](Self::get).
+    #[inline]
+    pub fn get_or_default(&self) -> &T
+    where
+        T: Default,
+    {
+        self.get_or(T::default)
+    }
+
     /// The current rank's instance, created with `init` on first use.
     ///
     /// `init` runs at most once per rank, with no lock held; other ranks' readers and writers
     /// proceed meanwhile, and another thread asking for the same rank waits for it. If `init`
     /// panics, nothing is inserted and the next call tries again.
+    ///
+    /// # Deadlock
+    /// What is guaranteed, exactly: a `get` from inside the same rank's `init` *on the same
+    /// thread* panics ("reentrant initialization") instead of deadlocking, and an `init` never
+    /// waits for a lock or for another rank. What is not (as with `std::sync::OnceLock`): an
+    /// `init` that waits for another thread which asks for the same rank of the same `RankLocal`
+    /// deadlocks — that thread waits for the `init` to finish, the `init` waits for it. For
+    /// example, an `init` that hands its own rank to a worker and joins it,
+    /// `thread::scope(|s| s.spawn(move || on_behalf_of(me, || RL.get())).join())`, never returns;
+    /// so do two `init`s on two threads that wait for each other's ranks.
     ///
     /// # Panics
     /// If called for a rank from inside that rank's own `init` on this `RankLocal`, or if `init`
@@ -252,11 +304,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             self.uid.store(0, Ordering::Relaxed);
         }
         let n = removed.len();
-        for (_, p) in removed {
-            // SAFETY: `p` came out of this map (I5), is no longer in it, and `&mut self`
-            // excludes every other user (I6); the uid reset makes cached copies dead (I4).
-            drop(unsafe { Box::from_raw(p.as_ptr::<T>().as_ptr()) });
-        }
+        // SAFETY: every entry came out of this map (I5) and is no longer in it, and `&mut self`
+        // excludes every other user (I6); the uid reset makes cached copies dead (I4).
+        unsafe { free_all::<T>(removed) };
         n
     }
 
@@ -277,7 +327,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         let uid = self.uid.load(Ordering::Relaxed);
         let p = cache::lookup(uid, rank)?;
         // SAFETY: a hit for this `RankLocal`'s current uid is one of its published instances
-        // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1).
+        // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1); it is a `T` of
+        // exactly this type, lifetimes included, since `RankLocal` is invariant in `T` (I9).
         Some(unsafe { p.cast::<T>().as_ref() })
     }
 
@@ -308,7 +359,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             cache::store(self.uid(), rank, p);
         }
         // SAFETY: `p` is a published instance of this map (I2, I5), valid while `&self` lives
-        // (I1).
+        // (I1), inserted as this very `T` (invariance, I9).
         Some(unsafe { p.as_ptr::<T>().as_ref() })
     }
 
@@ -326,7 +377,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         if Self::cacheable(rank) {
             cache::store(self.uid(), rank, p);
         }
-        // SAFETY: `p` was just published in this map (I2, I5); valid while `&self` lives (I1).
+        // SAFETY: `p` was just published in this map (I2, I5); valid while `&self` lives (I1);
+        // the same `T` every reader of this `RankLocal` reads (I9).
         Ok(unsafe { p.as_ptr::<T>().as_ref() })
     }
 
@@ -386,12 +438,44 @@ impl<T: Send + Sync, B: Backend> Drop for ClaimGuard<'_, T, B> {
 
 impl<T, B: Backend> Drop for RankLocal<T, B> {
     fn drop(&mut self) {
-        for (_, p) in B::retain(&mut self.map, &mut |_| false) {
-            // SAFETY: dropping the `RankLocal` — no other user exists (I6); each pointer is a
-            // `Box<T>` of this map (I5), removed from it, freed once. The uid dies with `self`
-            // and is never reused, so cached copies are dead (I4).
-            drop(unsafe { Box::from_raw(p.as_ptr::<T>().as_ptr()) });
+        let removed = B::retain(&mut self.map, &mut |_| false);
+        // SAFETY: dropping the `RankLocal` — no other user exists (I6); each pointer is a
+        // `Box<T>` of this map (I5), removed from it. The uid dies with `self` and is never
+        // reused, so cached copies are dead (I4).
+        unsafe { free_all::<T>(removed) };
+    }
+}
+
+/// Frees every instance in `entries`, each exactly once, even if a `T::drop` panics (I10): the
+/// rest are still dropped, then the first panic propagates (a second one aborts, as in std).
+///
+/// # Safety
+/// Every entry must be a `Box<T>` allocation of a `RankLocal<T, _>`'s map (I5) that was removed
+/// from it, with no reference to it left (I6, I4).
+unsafe fn free_all<T>(entries: Vec<(u64, Erased)>) {
+    /// On unwind out of one instance's drop, frees the instances not yet freed (I10).
+    struct FreeRest<'a, T> {
+        rest: &'a mut std::vec::IntoIter<(u64, Erased)>,
+        _t: PhantomData<T>,
+    }
+    impl<T> Drop for FreeRest<'_, T> {
+        fn drop(&mut self) {
+            for (_, p) in &mut *self.rest {
+                // SAFETY: an entry of `free_all`'s argument, not yet freed: the iterator yields
+                // each once (I10), and the caller's contract covers it (I5, I6).
+                drop(unsafe { Box::from_raw(p.as_ptr::<T>().as_ptr()) });
+            }
         }
+    }
+    let mut entries = entries.into_iter();
+    while let Some((_, p)) = entries.next() {
+        let guard = FreeRest::<T> {
+            rest: &mut entries,
+            _t: PhantomData,
+        };
+        // SAFETY: as for `FreeRest::drop`: the caller's contract (I5, I6), each entry once (I10).
+        drop(unsafe { Box::from_raw(p.as_ptr::<T>().as_ptr()) });
+        core::mem::forget(guard);
     }
 }
 
@@ -419,9 +503,14 @@ impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for RankLocal<T, B> {
 }
 
 /// Iterator over `(rank, &instance)` from one snapshot; see [`RankLocal::iter`].
+///
+/// *Covariant* in `T` (like `core::slice::Iter`): it only hands out `&'a T`s of instances that
+/// already exist and can insert nothing, so reading a `&'a &'static str` as a `&'a &'short str`
+/// is a plain subtyping of what it yields (I9). It borrows the `RankLocal` for `'a`. `Send` only
+/// if the backend's iterator is: the `Epoch` one holds an epoch pin, which is `!Send`.
 pub struct Iter<'a, T, B: Backend> {
     inner: B::Iter<'a>,
-    _rl: PhantomData<&'a RankLocal<T, B>>,
+    _rl: PhantomData<(&'a T, &'a B)>,
 }
 
 impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
@@ -436,6 +525,9 @@ impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
 }
 
 /// Iterator over `(rank, &mut instance)`; see [`RankLocal::iter_mut`].
+///
+/// *Invariant* in `T`, like `core::slice::IterMut`: it hands out `&mut T`, through which a
+/// shorter-lived value could be written (I9).
 pub struct IterMut<'a, T, B: Backend> {
     inner: B::Iter<'a>,
     _rl: PhantomData<&'a mut RankLocal<T, B>>,
@@ -480,7 +572,8 @@ impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
         let owned: Vec<(RankId, T)> = entries
             .into_iter()
             .map(|(rank, p)| {
-                // SAFETY: owned `self` (I6); a `Box<T>` of this map (I5), removed, moved out once.
+                // SAFETY: owned `self` (I6); a `Box<T>` of this map (I5), removed, moved out once;
+                // moving out runs no `T::drop`, so no panic can strand the rest (I10).
                 let b = unsafe { Box::from_raw(p.as_ptr::<T>().as_ptr()) };
                 (RankId::from_raw(rank), *b)
             })

@@ -1,0 +1,147 @@
+//! Compile-fail tests (doctests, as arc-swap's `src/compile_fail_tests.rs`): each `compile_fail`
+//! block has a passing twin right after it that differs only in the point under test, so a block
+//! cannot "fail to compile" for an unrelated reason. Run by `cargo test --doc`.
+//!
+//! # Variance (invariant I9)
+//!
+//! `RankLocal` is invariant in `T`: a `RankLocal<&'static str>` cannot be used as a
+//! `RankLocal<&'a str>` to insert a short-lived `&str` that is later read as `&'static str`.
+//!
+//! ```compile_fail,E0597
+//! use ranklocal::RankLocal;
+//! static NAMES: RankLocal<&'static str> = RankLocal::new();
+//! fn put<'a>(rl: &RankLocal<&'a str>, s: &'a str) { rl.get_or(|| s); }
+//! let s = String::from("short-lived");
+//! put(&NAMES, &s);
+//! ```
+//! ```
+//! use ranklocal::RankLocal;
+//! static NAMES: RankLocal<&'static str> = RankLocal::new();
+//! fn put<'a>(rl: &RankLocal<&'a str>, s: &'a str) { rl.get_or(|| s); }
+//! put(&NAMES, "static");
+//! ```
+//!
+//! ```compile_fail
+//! use ranklocal::RankLocal;
+//! fn shorten<'a>(rl: &'a RankLocal<&'static str>) -> &'a RankLocal<&'a str> { rl }
+//! ```
+//! ```
+//! use ranklocal::RankLocal;
+//! fn keep<'a>(rl: &'a RankLocal<&'static str>) -> &'a RankLocal<&'static str> { rl }
+//! ```
+//!
+//! The same through a `rank_local!` key, and through `as_rank_local()`:
+//!
+//! ```compile_fail,E0597
+//! use ranklocal::{rank_local, RankLocal};
+//! rank_local! { static NAMES: &'static str = "initial"; }
+//! fn put<'a>(rl: &RankLocal<&'a str>, s: &'a str) { rl.get_or(|| s); }
+//! let s = String::from("short-lived");
+//! std::thread::scope(|t| { t.spawn(|| put(NAMES.as_rank_local(), &s)); });
+//! ```
+//! ```
+//! use ranklocal::{rank_local, RankLocal};
+//! rank_local! { static NAMES: &'static str = "initial"; }
+//! fn put<'a>(rl: &RankLocal<&'a str>, s: &'a str) { rl.get_or(|| s); }
+//! std::thread::scope(|t| { t.spawn(|| put(NAMES.as_rank_local(), "static")); });
+//! ```
+//!
+//! (A `RankLocalKey<T>` itself needs `T: 'static`, so no lifetime inside its `T` can be shortened
+//! without first reaching the `RankLocal` it holds: `as_rank_local()` above is that path.)
+//!
+//! `IterMut` hands out `&mut T`: invariant too.
+//!
+//! ```compile_fail
+//! use ranklocal::{Epoch, IterMut};
+//! fn shorten<'a, 'b>(i: IterMut<'a, &'static str, Epoch>) -> IterMut<'a, &'b str, Epoch> { i }
+//! ```
+//! ```
+//! use ranklocal::{Epoch, IterMut};
+//! fn keep<'a>(i: IterMut<'a, &'static str, Epoch>) -> IterMut<'a, &'static str, Epoch> { i }
+//! ```
+//!
+//! `Iter` only reads (covariant, like `slice::Iter`), and `OnBehalfOf<F>` owns its future
+//! (covariant, like `Box<F>`): these coercions are sound and must keep compiling.
+//!
+//! ```
+//! use ranklocal::{Epoch, Iter, OnBehalfOf};
+//! fn shorten<'a, 'b>(i: Iter<'a, &'static str, Epoch>) -> Iter<'a, &'b str, Epoch> { i }
+//! fn shorten_fut<'b>(f: OnBehalfOf<std::future::Ready<&'static str>>)
+//!     -> OnBehalfOf<std::future::Ready<&'b str>> { f }
+//! ```
+//!
+//! # Values that are not thread-safe are rejected (I7)
+//!
+//! ```compile_fail,E0277
+//! use ranklocal::RankLocal;
+//! static V: RankLocal<std::cell::Cell<u32>> = RankLocal::new();
+//! ```
+//! ```compile_fail,E0277
+//! use ranklocal::RankLocal;
+//! static V: RankLocal<std::cell::RefCell<u32>> = RankLocal::new();
+//! ```
+//! ```compile_fail,E0277
+//! use ranklocal::RankLocal;
+//! let v = RankLocal::<std::rc::Rc<u32>>::new();
+//! ```
+//! ```
+//! use ranklocal::RankLocal;
+//! static V: RankLocal<std::sync::atomic::AtomicU32> = RankLocal::new();
+//! static W: RankLocal<std::sync::Mutex<u32>> = RankLocal::new();
+//! let v = RankLocal::<std::sync::Arc<u32>>::new();
+//! ```
+//!
+//! ```compile_fail,E0277
+//! ranklocal::rank_local! { static V: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! ```
+//! ```compile_fail,E0277
+//! ranklocal::rank_local! { static V: std::rc::Rc<u32> = std::rc::Rc::new(0); }
+//! ```
+//! ```
+//! ranklocal::rank_local! {
+//!     static V: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+//!     static W: std::sync::Arc<u32> = std::sync::Arc::new(0);
+//! }
+//! ```
+//!
+//! # A key cannot be built around a hand-made slot (I8)
+//!
+//! `RankLocalKey::__new` is `unsafe`: safe code cannot pass a slot of its own. (Stable rustdoc
+//! does not check the error code; the twin shows that `unsafe` is the only difference.)
+//!
+//! ```compile_fail,E0133
+//! use ranklocal::{RankLocalKey, __private::KeyStorage};
+//! use std::cell::Cell;
+//! static INNER: KeyStorage<u32> = KeyStorage::new();
+//! thread_local! { static SLOT: Cell<*const u32> = const { Cell::new(std::ptr::null()) }; }
+//! static KEY: RankLocalKey<u32> = RankLocalKey::__new(&INNER, &SLOT, || 0);
+//! ```
+//! ```
+//! use ranklocal::{RankLocalKey, __private::KeyStorage};
+//! use std::cell::Cell;
+//! static INNER: KeyStorage<u32> = KeyStorage::new();
+//! thread_local! { static SLOT: Cell<*const u32> = const { Cell::new(std::ptr::null()) }; }
+//! // SAFETY (I8): `INNER` and `SLOT` are this key's alone, `SLOT` starts null, as `rank_local!`
+//! // ensures.
+//! static KEY: RankLocalKey<u32> = unsafe { RankLocalKey::__new(&INNER, &SLOT, || 0) };
+//! assert_eq!(*KEY.get(), 0);
+//! ```
+
+/// # The epoch `Iter` is not `Send`
+///
+/// Today `Epoch`'s iterator keeps the thread pinned (an epoch `Guard`, which is `!Send`), so the
+/// iterator must not move to another thread. Kept in its own block: if iteration stops pinning,
+/// this test (and only this one) is to be revisited. The twin is the `Baseline` iterator, which
+/// owns a copy of the entries and is `Send`.
+///
+/// ```compile_fail,E0277
+/// fn assert_send<T: Send>(_: T) {}
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// assert_send(rl.iter());
+/// ```
+/// ```
+/// fn assert_send<T: Send>(_: T) {}
+/// let rl = ranklocal::RankLocal::<u32, ranklocal::Baseline>::new();
+/// assert_send(rl.iter());
+/// ```
+pub struct EpochIterIsNotSend;
