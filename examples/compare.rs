@@ -428,6 +428,7 @@ fn main() {
     run_group(&miss_world, &arms::miss_arms(), &o, &mut rows);
     drop(miss_world);
     print_table(&rows, &o);
+    pairs_in_turn(&o);
 
     // first touch: one new rank into a RankLocal that already holds N ranks. The backends take
     // turns rep by rep, so allocator and cache state drifts hit them alike.
@@ -469,4 +470,112 @@ fn main() {
     if let Some(p) = &o.svg_ranks {
         write_ranks_svg(p, &inserts);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several RankLocals on one thread: every pair used in turn (issue 10, item 6).
+// Kept in its own section so other additions to this example merge cleanly.
+// ---------------------------------------------------------------------------------------------
+
+/// How many `RankLocal`s the pair section creates.
+const PAIR_OBJECTS: usize = 128;
+
+/// ns per `get` when one thread uses `group` (indices into `rls`) in turn, `n` gets each; the
+/// best of `rounds` measurements is kept by the caller.
+fn in_turn_ns(rls: &[ranklocal::RankLocal<u64>], group: &[usize], n: u64) -> f64 {
+    use std::hint::black_box;
+    for &k in group {
+        black_box(rls[k].get()); // warm: fills the thread cache
+    }
+    let start = std::time::Instant::now();
+    for _ in 0..n {
+        for &k in group {
+            black_box(*black_box(&rls[k]).get());
+        }
+    }
+    start.elapsed().as_nanos() as f64 / (n * group.len() as u64) as f64
+}
+
+/// Times every pair (and selected quadruples) of `PAIR_OBJECTS` live `RankLocal<u64>`s used in
+/// turn by one fresh thread; prints the median and the worst. The objects draw their uids in
+/// creation order, from consecutive counter values (nothing else draws uids meanwhile), so the
+/// pairs `(i, i + 64)` are exactly those whose uids collided under the old direct-mapped index
+/// `(rank ^ uid) & 63`, and `(i, i + 16, i + 32, i + 48)` share a set of a 16-set cache.
+fn pairs_in_turn(o: &Opts) {
+    let quick = o.dur < Duration::from_millis(100);
+    let (n, rounds) = if quick { (1_000, 3) } else { (4_000, 5) };
+    let report = std::thread::spawn(move || {
+        let rls: Vec<ranklocal::RankLocal<u64>> = (0..PAIR_OBJECTS)
+            .map(|_| ranklocal::RankLocal::new())
+            .collect();
+        for (i, rl) in rls.iter().enumerate() {
+            rl.get_or(|| i as u64); // creation order = uid order
+        }
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for a in 0..PAIR_OBJECTS {
+            for b in a + 1..PAIR_OBJECTS {
+                groups.push(vec![a, b]);
+            }
+        }
+        let pairs = groups.len();
+        for stride in [16, 32] {
+            for a in 0..PAIR_OBJECTS - 3 * stride {
+                groups.push((0..4).map(|k| a + k * stride).collect());
+            }
+        }
+        let mut best = vec![f64::INFINITY; groups.len()];
+        for _ in 0..rounds {
+            for (g, b) in groups.iter().zip(&mut best) {
+                *b = b.min(in_turn_ns(&rls, g, n));
+            }
+        }
+        let summary = |range: std::ops::Range<usize>, filter: &dyn Fn(&[usize]) -> bool| {
+            let mut v: Vec<(f64, &Vec<usize>)> = best[range.clone()]
+                .iter()
+                .copied()
+                .zip(&groups[range])
+                .filter(|(_, g)| filter(g))
+                .collect();
+            v.sort_by(|x, y| x.0.total_cmp(&y.0));
+            let median = v[v.len() / 2].0;
+            let (worst, wg) = v[v.len() - 1];
+            (v.len(), median, worst, wg.clone())
+        };
+        let rows = [
+            ("every pair", summary(0..pairs, &|_| true)),
+            (
+                "pairs colliding under the old index (i, i+64)",
+                summary(0..pairs, &|g| g[1] - g[0] == 64),
+            ),
+            ("4 in turn (i, i+16, i+32, i+48)", {
+                summary(pairs..groups.len(), &|g| g[1] - g[0] == 16)
+            }),
+            ("4 in turn (i, i+32, i+64, i+96)", {
+                summary(pairs..groups.len(), &|g| g[1] - g[0] == 32)
+            }),
+        ];
+        let mut out = format!(
+            "\nseveral RankLocals on one thread: {PAIR_OBJECTS} live RankLocal<u64>, each group used in turn, \
+             ns/get (best of {rounds} x {n} rounds per group)\n  {:<46} {:>6} {:>9} {:>9} {:>8}  worst group\n",
+            "groups", "count", "median", "worst", "w/median"
+        );
+        for (name, (count, median, worst, wg)) in &rows {
+            let _ = writeln!(
+                out,
+                "  {name:<46} {count:>6} {median:>9.2} {worst:>9.2} {:>8.2}  {wg:?}",
+                worst / median
+            );
+        }
+        let overall_median = rows[0].1 .1;
+        let slow = best[..pairs]
+            .iter()
+            .filter(|&&x| x > 2.0 * overall_median)
+            .count();
+        let _ = writeln!(
+            out,
+            "  pairs slower than 2x the median pair: {slow} of {pairs} (goal: worst <= 2x median)"
+        );
+        out
+    });
+    print!("{}", report.join().expect("pair section panicked"));
 }
