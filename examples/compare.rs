@@ -429,6 +429,7 @@ fn main() {
     drop(miss_world);
     print_table(&rows, &o);
     pairs_in_turn(&o);
+    owner_interleaved(&o);
 
     // first touch: one new rank into a RankLocal that already holds N ranks. The backends take
     // turns rep by rep, so allocator and cache state drifts hit them alike.
@@ -578,4 +579,63 @@ fn pairs_in_turn(o: &Opts) {
         out
     });
     print!("{}", report.join().expect("pair section panicked"));
+}
+
+/// Owner `get` of the object form against the `thread_local` crate's `get`, measured in short
+/// alternating rounds on one fresh thread, so that both see the same machine load; reports the
+/// best and the median round of each. (The "owner get" table above times each arm once, for
+/// longer, one after the other.)
+fn owner_interleaved(o: &Opts) {
+    use std::hint::black_box;
+    let quick = o.dur < Duration::from_millis(100);
+    let (n, rounds) = if quick {
+        (5_000u64, 301)
+    } else {
+        (5_000u64, 2_001)
+    };
+    let out = std::thread::spawn(move || {
+        let rl = ranklocal::RankLocal::<u64, Epoch>::new();
+        let tl = thread_local::ThreadLocal::<u64>::new();
+        rl.get_or(|| 1);
+        tl.get_or(|| 1);
+        let time = |f: &dyn Fn()| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed().as_nanos() as f64 / n as f64
+        };
+        let (mut t_rl, mut t_tl) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            t_tl.push(time(&|| {
+                for _ in 0..n {
+                    black_box(*black_box(&tl).get().unwrap());
+                }
+            }));
+            t_rl.push(time(&|| {
+                for _ in 0..n {
+                    black_box(*black_box(&rl).get());
+                }
+            }));
+        }
+        // Each round's ratio is taken between adjacent measurements, which saw the same load.
+        let mut paired: Vec<f64> = t_rl.iter().zip(&t_tl).map(|(r, t)| r / t).collect();
+        for v in [&mut t_rl, &mut t_tl, &mut paired] {
+            v.sort_by(f64::total_cmp);
+        }
+        let (m_rl, m_tl) = (t_rl[rounds / 2], t_tl[rounds / 2]);
+        let (q1, q2, q3) = (
+            paired[rounds / 4],
+            paired[rounds / 2],
+            paired[3 * rounds / 4],
+        );
+        format!(
+            "\nowner get, object form vs thread_local crate: {rounds} alternating rounds of {n} gets, ns/get\n  \
+             {:<34} {:>9} {:>9}\n  {:<34} {:>9.3} {:>9.3}\n  {:<34} {:>9.3} {:>9.3}\n  {:<34} {:>9.3} {:>9.3}\n  \
+             ratio per round (adjacent rounds): median {q2:.3}, quartiles {q1:.3}-{q3:.3}  (goal <= 1.0)\n",
+            "arm", "best", "median",
+            "thread_local crate", t_tl[0], m_tl,
+            "RankLocal<Epoch> (object form)", t_rl[0], m_rl,
+            "ratio of best, of median", t_rl[0] / t_tl[0], m_rl / m_tl
+        )
+    });
+    print!("{}", out.join().expect("owner section panicked"));
 }

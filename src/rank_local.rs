@@ -294,9 +294,20 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         }
     }
 
-    /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
+    /// Looks `rank` up in the thread cache's older ways, then in the map, and fills the thread
+    /// cache on a map hit (step 2).
     #[cold]
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
+        if Self::cacheable(rank) {
+            // Relaxed: as in `cached` (I4).
+            if let Some(p) = cache::lookup_older(self.uid.load(Ordering::Relaxed), rank) {
+                // SAFETY: as in `cached`: a hit for this `RankLocal`'s current uid is one of its
+                // published instances (I4, I5), valid for the `&self` borrow (I1).
+                return Some(unsafe { p.cast::<T>().as_ref() });
+            }
+        }
+        #[cfg(all(test, not(loom)))]
+        tests::MAP_LOOKUPS.with(|n| n.set(n.get() + 1));
         let p = B::get(&self.map, rank)?;
         if Self::cacheable(rank) {
             cache::store(self.uid(), rank, p);
@@ -480,5 +491,117 @@ impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
             })
             .collect();
         owned.into_iter()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use core::cell::Cell;
+
+    use super::*;
+
+    std::thread_local! {
+        /// Map lookups (`B::get` in `lookup_slow`) made by this thread: a thread-cache hit makes
+        /// none, so a count that stays put proves hits without timing anything.
+        pub(super) static MAP_LOOKUPS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    fn map_lookups() -> u64 {
+        MAP_LOOKUPS.with(Cell::get)
+    }
+
+    /// `k` fresh `RankLocal`s whose uids share the low six bits, so that for this thread's rank
+    /// they collided in the old 64-entry direct-mapped cache (`(rank ^ uid) & 63`), and share one
+    /// set of the new cache. The uids are drawn from the global counter like any other (a few
+    /// are skipped), so they are unique and never reused (I4).
+    fn colliding(k: usize) -> Vec<RankLocal<u64>> {
+        let rank = identity::current_raw();
+        let mut classes: Vec<Vec<u64>> = vec![Vec::new(); 64];
+        loop {
+            let uid = crate::snapshot::mix(NEXT_UID.fetch_add(1, Ordering::Relaxed));
+            let old_index = ((rank ^ uid) & 63) as usize;
+            let class = &mut classes[old_index];
+            class.push(uid);
+            if class.len() == k {
+                assert!(class
+                    .iter()
+                    .all(|&u| cache::set_index(u, rank) == cache::set_index(class[0], rank)));
+                return class
+                    .iter()
+                    .map(|&u| {
+                        let rl = RankLocal::new();
+                        rl.uid.store(u, Ordering::Relaxed);
+                        rl
+                    })
+                    .collect();
+            }
+        }
+    }
+
+    /// Fills the cache with each of `rls`, then uses them in turn `rounds` times; returns the map
+    /// lookups those rounds made.
+    fn lookups_in_turn(rls: &[RankLocal<u64>], rounds: usize) -> u64 {
+        for (i, rl) in rls.iter().enumerate() {
+            assert_eq!(*rl.get_or(|| i as u64), i as u64);
+        }
+        let before = map_lookups();
+        for _ in 0..rounds {
+            for (i, rl) in rls.iter().enumerate() {
+                assert_eq!(*rl.get(), i as u64);
+            }
+        }
+        map_lookups() - before
+    }
+
+    #[test]
+    fn two_rank_locals_colliding_in_the_old_index_never_evict_each_other() {
+        std::thread::spawn(|| assert_eq!(lookups_in_turn(&colliding(2), 100), 0))
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn four_rank_locals_sharing_a_set_never_evict_each_other() {
+        std::thread::spawn(|| assert_eq!(lookups_in_turn(&colliding(cache::WAYS), 100), 0))
+            .join()
+            .unwrap();
+    }
+
+    /// The limit, and a check that the counter counts: one more key than a set holds, used in
+    /// turn, misses on every lookup (each fill drops the next one to be used).
+    #[test]
+    fn one_more_than_a_set_holds_misses_every_time() {
+        std::thread::spawn(|| {
+            let rounds = 10;
+            let n = cache::WAYS + 1;
+            assert_eq!(lookups_in_turn(&colliding(n), rounds), (rounds * n) as u64);
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// Delegated lookups of many ranks of one `RankLocal` and the owner's own lookups of several
+    /// `RankLocal`s, all on one thread, all kept: 64 ranks spread over the 64 sets.
+    #[test]
+    fn a_delegate_cycling_through_64_ranks_keeps_them_all() {
+        let ranks: Vec<RankId> = (0..64)
+            .map(|_| std::thread::spawn(RankId::this_thread).join().unwrap())
+            .collect();
+        std::thread::spawn(move || {
+            let rl = RankLocal::<u64>::new();
+            for &r in &ranks {
+                crate::on_behalf_of(r, || rl.get_or(|| r.as_u64()));
+            }
+            let before = map_lookups();
+            for _ in 0..10 {
+                for &r in &ranks {
+                    assert_eq!(*rl.get_for(r).unwrap(), r.as_u64());
+                    crate::on_behalf_of(r, || assert_eq!(*rl.get(), r.as_u64()));
+                }
+            }
+            assert_eq!(map_lookups() - before, 0);
+        })
+        .join()
+        .unwrap();
     }
 }
