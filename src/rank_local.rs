@@ -44,6 +44,11 @@
 //! - **I8 (static slots)** A [`rank_local!`](crate::rank_local) slot caches a pointer into its own
 //!   `static RankLocal`, which is never dropped nor mutably borrowed, so by I1 it is valid for
 //!   `'static`; it is only filled and read while the thread acts as its own rank.
+//! - **I23 (thread-cache cells)** Each thread's cache ([`crate::cache`]) is a `const`-initialized
+//!   thread-local array of `Cell`s holding plain `Copy` entries, with no destructor. Only its own
+//!   thread reads or writes it, and no reference into an entry outlives the cache function that
+//!   took it, so reading an entry's field through the cell's raw pointer is `Cell::get`, and the
+//!   cache stays usable while the thread exits.
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -580,28 +585,38 @@ mod tests {
         .unwrap();
     }
 
-    /// Delegated lookups of many ranks of one `RankLocal` and the owner's own lookups of several
-    /// `RankLocal`s, all on one thread, all kept: 64 ranks spread over the 64 sets.
+    /// A delegate cycling through 64 ranks of one `RankLocal` (one rank per set) keeps them all,
+    /// next to the thread's own entries.
     #[test]
     fn a_delegate_cycling_through_64_ranks_keeps_them_all() {
-        let ranks: Vec<RankId> = (0..64)
-            .map(|_| std::thread::spawn(RankId::this_thread).join().unwrap())
-            .collect();
-        std::thread::spawn(move || {
-            let rl = RankLocal::<u64>::new();
-            for &r in &ranks {
-                crate::on_behalf_of(r, || rl.get_or(|| r.as_u64()));
-            }
-            let before = map_lookups();
-            for _ in 0..10 {
+        let rl = RankLocal::<u64>::new();
+        let uid = rl.uid();
+        // Ranks of exited threads, one per set (other tests spawn threads meanwhile, so the ids
+        // handed out here need not be consecutive).
+        let mut by_set: Vec<Option<RankId>> = vec![None; cache::SETS];
+        let mut spawned = 0;
+        while by_set.iter().any(Option::is_none) {
+            let r = std::thread::spawn(RankId::this_thread).join().unwrap();
+            by_set[cache::set_index(uid, r.as_u64())].get_or_insert(r);
+            spawned += 1;
+            assert!(spawned < 100_000, "could not find a rank for every set");
+        }
+        let ranks: Vec<RankId> = by_set.into_iter().flatten().collect();
+        std::thread::scope(|s| {
+            s.spawn(|| {
                 for &r in &ranks {
-                    assert_eq!(*rl.get_for(r).unwrap(), r.as_u64());
-                    crate::on_behalf_of(r, || assert_eq!(*rl.get(), r.as_u64()));
+                    crate::on_behalf_of(r, || rl.get_or(|| r.as_u64()));
                 }
-            }
-            assert_eq!(map_lookups() - before, 0);
-        })
-        .join()
-        .unwrap();
+                let _own = rl.get_or(|| 0);
+                let before = map_lookups();
+                for _ in 0..10 {
+                    for &r in &ranks {
+                        assert_eq!(*rl.get_for(r).unwrap(), r.as_u64());
+                        crate::on_behalf_of(r, || assert_eq!(*rl.get(), r.as_u64()));
+                    }
+                }
+                assert_eq!(map_lookups() - before, 0);
+            });
+        });
     }
 }
