@@ -7,12 +7,12 @@
 //! then fills an entry.
 //!
 //! **Placement and replacement.** `(uid, rank)` may sit in any way of set `(rank ^ uid) % SETS`.
-//! Way 0 holds the set's most recently filled entry and is the only way the inline hit path
-//! probes; the cold path probes ways 1, 2, 3 before it goes to the map. A fill shifts the set down by one way, dropping the oldest entry, and writes way 0; a hit writes
-//! nothing. So up to [`WAYS`] keys that share a set — four `RankLocal`s used in turn by one
-//! thread, whatever their uids — are all kept, and once each has been filled every lookup of them
-//! hits, without touching the map. The old direct-mapped table (one entry per
-//! index) let two `RankLocal`s whose uids agreed in the low bits evict each other on every `get`.
+//! Way 0 holds the set's most recently filled entry and is probed first, then ways 1, 2, 3 (all
+//! inline, no call). A fill shifts the set down by one way, dropping the oldest entry, and writes
+//! way 0; a hit writes nothing. So up to [`WAYS`] keys that share a set — four `RankLocal`s used
+//! in turn by one thread, whatever their uids — are all kept, and once each has been filled every
+//! lookup of them hits, without touching the map. (The earlier direct-mapped table, one entry per
+//! index, let two `RankLocal`s whose uids agreed in the low bits evict each other on every `get`.)
 //!
 //! Entries are keyed by the `RankLocal`'s *uid*, a process-unique number that is never reused and
 //! is replaced whenever an instance is removed (`clear`, `purge_exited`), so an entry can never be
@@ -66,8 +66,8 @@ pub(crate) fn set_index(uid: u64, rank: u64) -> usize {
     (rank ^ uid) as usize & (SETS - 1)
 }
 
-/// The cached pointer for `(uid, rank)` if it is in way 0 of its set, the set's most recently
-/// filled entry: the only way the inline hit path probes. Misses when `rank` or `uid` is 0 (not
+/// The cached pointer for `(uid, rank)`, if this thread has one: way 0 of its set (the most
+/// recently filled entry) first, then the older ways. Misses when `rank` or `uid` is 0 (not
 /// assigned yet). A hit writes nothing.
 #[inline]
 pub(crate) fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
@@ -77,37 +77,38 @@ pub(crate) fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
     NonNull::new(CACHE.with(|c| {
         let way0 = &c[set_index(uid, rank)][0];
         // The pointer is read before the compares, with a volatile read so that the compiler
-        // keeps it there: a load in the same block as the compares addresses the thread-local
-        // directly, where one sunk into the hit branch first reloads the thread pointer (one more
-        // dependent load on the owner's hit path).
+        // keeps it there, addressed directly off the thread pointer like the compared fields;
+        // sunk into the hit branch, it would be loaded through a materialized address instead
+        // (one more instruction on the owner's hit path, measured slower).
         // SAFETY: `way0` is a live `Cell` of this thread's cache, plain `Copy` data that only this
         // thread reaches and that no reference points into (I23), so this read is
         // `way0.get().ptr`.
         let ptr: Erased = unsafe { core::ptr::addr_of!((*way0.as_ptr()).ptr).read_volatile() };
         let e = way0.get();
         if e.uid == uid && e.rank == rank {
-            ptr.as_ptr::<()>().as_ptr()
-        } else {
-            core::ptr::null_mut()
+            return ptr.as_ptr::<()>().as_ptr();
         }
+        older(&c[set_index(uid, rank)], uid, rank)
     }))
 }
 
-/// The cached pointer for `(uid, rank)` if it is in ways `1..WAYS` of its set: the cold path
-/// probes these after [`lookup`] missed, before it goes to the map. A hit writes nothing.
-#[inline]
-pub(crate) fn lookup_older(uid: u64, rank: u64) -> Option<NonNull<()>> {
-    CACHE.with(|c| {
-        c[set_index(uid, rank)][1..].iter().find_map(|way| {
-            let e = way.get();
-            (e.uid == uid && e.rank == rank).then(|| e.ptr.as_ptr::<()>())
-        })
-    })
+/// Ways `1..WAYS` of `set`, probed after way 0 missed. Inline: a call here would make the hit path
+/// save registers for the slow path's call; a hit in way 1 costs a few instructions more than one
+/// in way 0.
+#[inline(always)]
+fn older(set: &Set, uid: u64, rank: u64) -> *mut () {
+    for way in &set[1..] {
+        let e = way.get();
+        if e.uid == uid && e.rank == rank {
+            return e.ptr.as_ptr::<()>().as_ptr();
+        }
+    }
+    core::ptr::null_mut()
 }
 
 /// Remembers `(uid, rank) -> ptr` on this thread in way 0 of its set, shifting the set's other
-/// entries one way down and dropping the oldest. Called only after `lookup` and `lookup_older`
-/// missed, so the key is not in the set already.
+/// entries one way down and dropping the oldest. Called only after `lookup` missed, so the key is
+/// not in the set already.
 #[inline]
 pub(crate) fn store(uid: u64, rank: u64, ptr: Erased) {
     debug_assert!(uid != 0 && rank != 0 && rank != u64::MAX);

@@ -299,18 +299,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         }
     }
 
-    /// Looks `rank` up in the thread cache's older ways, then in the map, and fills the thread
-    /// cache on a map hit (step 2).
+    /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
     #[cold]
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
-        if Self::cacheable(rank) {
-            // Relaxed: as in `cached` (I4).
-            if let Some(p) = cache::lookup_older(self.uid.load(Ordering::Relaxed), rank) {
-                // SAFETY: as in `cached`: a hit for this `RankLocal`'s current uid is one of its
-                // published instances (I4, I5), valid for the `&self` borrow (I1).
-                return Some(unsafe { p.cast::<T>().as_ref() });
-            }
-        }
         #[cfg(all(test, not(loom)))]
         tests::MAP_LOOKUPS.with(|n| n.set(n.get() + 1));
         let p = B::get(&self.map, rank)?;
