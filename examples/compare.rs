@@ -428,6 +428,8 @@ fn main() {
     run_group(&miss_world, &arms::miss_arms(), &o, &mut rows);
     drop(miss_world);
     print_table(&rows, &o);
+    pairs_in_turn(&o);
+    owner_interleaved(&o);
 
     // first touch: one new rank into a RankLocal that already holds N ranks. The backends take
     // turns rep by rep, so allocator and cache state drifts hit them alike.
@@ -610,4 +612,171 @@ mod propagation {
             );
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several RankLocals on one thread: every pair used in turn (issue 10, item 6).
+// Kept in its own section so other additions to this example merge cleanly.
+// ---------------------------------------------------------------------------------------------
+
+/// How many `RankLocal`s the pair section creates.
+const PAIR_OBJECTS: usize = 128;
+
+/// ns per `get` when one thread uses `group` (indices into `rls`) in turn, `n` gets each; the
+/// best of `rounds` measurements is kept by the caller.
+fn in_turn_ns(rls: &[ranklocal::RankLocal<u64>], group: &[usize], n: u64) -> f64 {
+    use std::hint::black_box;
+    for &k in group {
+        black_box(rls[k].get()); // warm: fills the thread cache
+    }
+    let start = std::time::Instant::now();
+    for _ in 0..n {
+        for &k in group {
+            black_box(*black_box(&rls[k]).get());
+        }
+    }
+    start.elapsed().as_nanos() as f64 / (n * group.len() as u64) as f64
+}
+
+/// Times every pair (and selected quadruples) of `PAIR_OBJECTS` live `RankLocal<u64>`s used in
+/// turn by one fresh thread; prints the median and the worst. The objects draw their uids in
+/// creation order, from consecutive counter values (nothing else draws uids meanwhile), so the
+/// pairs `(i, i + 64)` are exactly those whose uids collided under the old direct-mapped index
+/// `(rank ^ uid) & 63`, and `(i, i + 16, i + 32, i + 48)` share a set of a 16-set cache.
+fn pairs_in_turn(o: &Opts) {
+    let quick = o.dur < Duration::from_millis(100);
+    let (n, rounds) = if quick { (1_000, 3) } else { (4_000, 5) };
+    let report = std::thread::spawn(move || {
+        let rls: Vec<ranklocal::RankLocal<u64>> = (0..PAIR_OBJECTS)
+            .map(|_| ranklocal::RankLocal::new())
+            .collect();
+        for (i, rl) in rls.iter().enumerate() {
+            rl.get_or(|| i as u64); // creation order = uid order
+        }
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for a in 0..PAIR_OBJECTS {
+            for b in a + 1..PAIR_OBJECTS {
+                groups.push(vec![a, b]);
+            }
+        }
+        let pairs = groups.len();
+        for stride in [16, 32] {
+            for a in 0..PAIR_OBJECTS - 3 * stride {
+                groups.push((0..4).map(|k| a + k * stride).collect());
+            }
+        }
+        let mut best = vec![f64::INFINITY; groups.len()];
+        for _ in 0..rounds {
+            for (g, b) in groups.iter().zip(&mut best) {
+                *b = b.min(in_turn_ns(&rls, g, n));
+            }
+        }
+        let summary = |range: std::ops::Range<usize>, filter: &dyn Fn(&[usize]) -> bool| {
+            let mut v: Vec<(f64, &Vec<usize>)> = best[range.clone()]
+                .iter()
+                .copied()
+                .zip(&groups[range])
+                .filter(|(_, g)| filter(g))
+                .collect();
+            v.sort_by(|x, y| x.0.total_cmp(&y.0));
+            let median = v[v.len() / 2].0;
+            let (worst, wg) = v[v.len() - 1];
+            (v.len(), median, worst, wg.clone())
+        };
+        let rows = [
+            ("every pair", summary(0..pairs, &|_| true)),
+            (
+                "pairs colliding under the old index (i, i+64)",
+                summary(0..pairs, &|g| g[1] - g[0] == 64),
+            ),
+            ("4 in turn (i, i+16, i+32, i+48)", {
+                summary(pairs..groups.len(), &|g| g[1] - g[0] == 16)
+            }),
+            ("4 in turn (i, i+32, i+64, i+96)", {
+                summary(pairs..groups.len(), &|g| g[1] - g[0] == 32)
+            }),
+        ];
+        let mut out = format!(
+            "\nseveral RankLocals on one thread: {PAIR_OBJECTS} live RankLocal<u64>, each group used in turn, \
+             ns/get (best of {rounds} x {n} rounds per group)\n  {:<46} {:>6} {:>9} {:>9} {:>8}  worst group\n",
+            "groups", "count", "median", "worst", "w/median"
+        );
+        for (name, (count, median, worst, wg)) in &rows {
+            let _ = writeln!(
+                out,
+                "  {name:<46} {count:>6} {median:>9.2} {worst:>9.2} {:>8.2}  {wg:?}",
+                worst / median
+            );
+        }
+        let overall_median = rows[0].1 .1;
+        let slow = best[..pairs]
+            .iter()
+            .filter(|&&x| x > 2.0 * overall_median)
+            .count();
+        let _ = writeln!(
+            out,
+            "  pairs slower than 2x the median pair: {slow} of {pairs} (goal: worst <= 2x median)"
+        );
+        out
+    });
+    print!("{}", report.join().expect("pair section panicked"));
+}
+
+/// Owner `get` of the object form against the `thread_local` crate's `get`, measured in short
+/// alternating rounds on one fresh thread, so that both see the same machine load; reports the
+/// best and the median round of each. (The "owner get" table above times each arm once, for
+/// longer, one after the other.)
+fn owner_interleaved(o: &Opts) {
+    use std::hint::black_box;
+    let quick = o.dur < Duration::from_millis(100);
+    let (n, rounds) = if quick {
+        (5_000u64, 301)
+    } else {
+        (5_000u64, 2_001)
+    };
+    let out = std::thread::spawn(move || {
+        let rl = ranklocal::RankLocal::<u64, Epoch>::new();
+        let tl = thread_local::ThreadLocal::<u64>::new();
+        rl.get_or(|| 1);
+        tl.get_or(|| 1);
+        let time = |f: &dyn Fn()| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed().as_nanos() as f64 / n as f64
+        };
+        let (mut t_rl, mut t_tl) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            t_tl.push(time(&|| {
+                for _ in 0..n {
+                    black_box(*black_box(&tl).get().unwrap());
+                }
+            }));
+            t_rl.push(time(&|| {
+                for _ in 0..n {
+                    black_box(*black_box(&rl).get());
+                }
+            }));
+        }
+        // Each round's ratio is taken between adjacent measurements, which saw the same load.
+        let mut paired: Vec<f64> = t_rl.iter().zip(&t_tl).map(|(r, t)| r / t).collect();
+        for v in [&mut t_rl, &mut t_tl, &mut paired] {
+            v.sort_by(f64::total_cmp);
+        }
+        let (m_rl, m_tl) = (t_rl[rounds / 2], t_tl[rounds / 2]);
+        let (q1, q2, q3) = (
+            paired[rounds / 4],
+            paired[rounds / 2],
+            paired[3 * rounds / 4],
+        );
+        format!(
+            "\nowner get, object form vs thread_local crate: {rounds} alternating rounds of {n} gets, ns/get\n  \
+             {:<34} {:>9} {:>9}\n  {:<34} {:>9.3} {:>9.3}\n  {:<34} {:>9.3} {:>9.3}\n  {:<34} {:>9.3} {:>9.3}\n  \
+             ratio per round (adjacent rounds): median {q2:.3}, quartiles {q1:.3}-{q3:.3}  (goal <= 1.0)\n",
+            "arm", "best", "median",
+            "thread_local crate", t_tl[0], m_tl,
+            "RankLocal<Epoch> (object form)", t_rl[0], m_rl,
+            "ratio of best, of median", t_rl[0] / t_tl[0], m_rl / m_tl
+        )
+    });
+    print!("{}", out.join().expect("owner section panicked"));
 }
