@@ -53,8 +53,9 @@
 //!   from no other thread. `ranklocal`'s thread cache is a `thread_local!`; use the macro itself
 //!   when no other thread ever needs the value.
 //! - **[`thread_local`]** (`ThreadLocal<T>`): one value per thread in a per-object table indexed
-//!   by a thread id. Ids are recycled: a value is *not* dropped when its thread exits, and a
-//!   later thread that gets the same id inherits the dead thread's value (its issues
+//!   by a thread id. Ids are recycled: a value is *not* dropped when its thread exits (only by
+//!   `clear` or with the `ThreadLocal`), and a later thread that gets the same id inherits the
+//!   dead thread's value (its issues
 //!   [#75](https://github.com/Amanieu/thread_local-rs/issues/75),
 //!   [#78](https://github.com/Amanieu/thread_local-rs/issues/78)/[#79](https://github.com/Amanieu/thread_local-rs/issues/79)).
 //!   Other threads reach the values only by iterating. `ranklocal` keys instances by a
