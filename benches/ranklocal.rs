@@ -2,10 +2,10 @@
 //! the thread count (or rank count) as the parameter, as sharded-slab's `benches/bench.rs`.
 //!
 //! ```text
-//! cargo bench                                   # everything (~10 min)
-//! cargo bench -- 'get_for'                      # one group
-//! cargo bench -- --save-baseline main           # record, then after a change:
-//! cargo bench -- --baseline main                # compare against it
+//! cargo bench -p ranklocal-benches                          # everything (~10 min)
+//! cargo bench -p ranklocal-benches -- 'get_for'             # one group
+//! cargo bench -p ranklocal-benches -- --save-baseline main  # record, then after a change:
+//! cargo bench -p ranklocal-benches -- --baseline main       # compare against it
 //! ```
 //! Multi-threaded arms use `iter_custom`: every thread runs the iterations at once and the
 //! slowest thread's time is reported (time per iteration per thread).

@@ -29,7 +29,8 @@ OPTIONS:
   --ranks N        ranks looked up round-robin by the delegated arms   [default: 64]
   --miss-ranks N   ranks for the cache-miss arms (> 64 defeats the cache) [default: 1024]
   --threads LIST   comma-separated thread counts                      [default: 1,2]
-  --ms N           measuring time per arm and thread count, in ms     [default: 300]
+  --ms N           measuring time per arm and thread count, in ms, split
+                   over 5 interleaved repeats (median and min shown)  [default: 300]
   --quick          --ms 60 (a smoke run)
   --json PATH      also write the results as JSON
   --svg PATH       also write a bar chart (log scale) of the lookup arms as SVG
@@ -112,9 +113,15 @@ fn die(msg: &str) -> ! {
 struct Row {
     group: &'static str,
     arm: &'static str,
-    /// ns/op for each entry of `Opts::threads`.
+    /// Median ns/op over the `REPEATS` repeats, for each entry of `Opts::threads`.
     ns: Vec<f64>,
+    /// Minimum ns/op over the repeats (the spread is `ns - min`); empty if not measured so.
+    min: Vec<f64>,
 }
+
+/// Each arm is measured `REPEATS` times, `dur / REPEATS` each, the arms of a group taking turns
+/// repeat by repeat (so drift hits them alike); a row reports the median and the minimum.
+const REPEATS: u32 = 5;
 
 fn run_group(world: &World, arms: &[Arm], o: &Opts, rows: &mut Vec<Row>) {
     std::thread::scope(|s| {
@@ -124,20 +131,35 @@ fn run_group(world: &World, arms: &[Arm], o: &Opts, rows: &mut Vec<Row>) {
             .iter()
             .map(|&t| arms::Team::new(s, world, t))
             .collect();
-        for arm in arms {
-            let mut ns = Vec::new();
-            for (team, t) in teams.iter().zip(&o.threads) {
-                eprint!("\r  {:<26} {:<34} {t} thread(s)...   ", arm.group, arm.name);
-                ns.push(team.run_for(arm.op, o.dur));
+        // samples[arm][thread count][repeat]
+        let mut samples = vec![vec![Vec::new(); teams.len()]; arms.len()];
+        for rep in 1..=REPEATS {
+            for (arm, per_arm) in arms.iter().zip(&mut samples) {
+                for ((team, t), per_t) in teams.iter().zip(&o.threads).zip(per_arm) {
+                    eprint!(
+                        "\r  {:<26} {:<34} {t} thread(s), repeat {rep}/{REPEATS}...   ",
+                        arm.group, arm.name
+                    );
+                    per_t.push(team.run_for(arm.op, o.dur / REPEATS));
+                }
+            }
+        }
+        for (arm, per_arm) in arms.iter().zip(samples) {
+            let (mut ns, mut min) = (Vec::new(), Vec::new());
+            for mut v in per_arm {
+                v.sort_by(f64::total_cmp);
+                ns.push(v[v.len() / 2]);
+                min.push(v[0]);
             }
             rows.push(Row {
                 group: arm.group,
                 arm: arm.name,
                 ns,
+                min,
             });
         }
     });
-    eprint!("\r{:<90}\r", "");
+    eprint!("\r{:<100}\r", "");
 }
 
 /// The arm each group's ratios are taken against.
@@ -156,14 +178,24 @@ fn print_table(rows: &[Row], o: &Opts) {
     for g in groups {
         let (refname, label) = reference(g);
         let refrow = rows.iter().find(|r| r.group == g && r.arm == refname);
+        // a group holding only its reference arm would print a column of 1.00: no ratio column
+        let ratios = refrow.is_some() && rows.iter().any(|r| r.group == g && r.arm != refname);
         print!("\n{g}\n  {:<34}", "arm");
         for t in &o.threads {
-            print!(" {:>9} {:>8}", format!("{t}T ns/op"), label);
+            print!(" {:>9} {:>7}", format!("{t}T ns/op"), "min");
+            if ratios {
+                print!(" {label:>8}");
+            }
         }
         println!();
         for r in rows.iter().filter(|r| r.group == g) {
             print!("  {:<34}", r.arm);
             for (i, ns) in r.ns.iter().enumerate() {
+                let min = r.min.get(i).map_or("-".into(), |m| format!("{m:.2}"));
+                print!(" {ns:>9.2} {min:>7}");
+                if !ratios {
+                    continue;
+                }
                 let ratio = refrow.map(|rr| {
                     if label == "speedup" {
                         rr.ns[i] / ns
@@ -172,7 +204,7 @@ fn print_table(rows: &[Row], o: &Opts) {
                     }
                 });
                 let ratio = ratio.map_or("-".into(), |x| format!("{x:.2}"));
-                print!(" {ns:>9.2} {ratio:>8}");
+                print!(" {ratio:>8}");
             }
             println!();
         }
@@ -208,7 +240,7 @@ fn write_json(path: &str, rows: &[Row], inserts: &[(String, usize, f64)], o: &Op
     let mut s = String::new();
     let _ = write!(
         s,
-        "{{\n  \"machine\": \"{}\",\n  \"ranks\": {},\n  \"miss_ranks\": {},\n  \"ms_per_arm\": {},\n  \"threads\": {:?},\n  \"lookups\": [\n",
+        "{{\n  \"machine\": \"{}\",\n  \"ranks\": {},\n  \"miss_ranks\": {},\n  \"ms_per_arm\": {},\n  \"repeats\": {REPEATS},\n  \"threads\": {:?},\n  \"lookups\": [\n",
         json_escape(&machine()),
         o.ranks,
         o.miss_ranks,
@@ -217,12 +249,14 @@ fn write_json(path: &str, rows: &[Row], inserts: &[(String, usize, f64)], o: &Op
     );
     for (i, r) in rows.iter().enumerate() {
         let ns: Vec<String> = r.ns.iter().map(|x| format!("{x:.3}")).collect();
+        let min: Vec<String> = r.min.iter().map(|x| format!("{x:.3}")).collect();
         let _ = writeln!(
             s,
-            "    {{\"group\": \"{}\", \"arm\": \"{}\", \"ns_per_op\": [{}]}}{}",
+            "    {{\"group\": \"{}\", \"arm\": \"{}\", \"ns_per_op\": [{}], \"min_ns_per_op\": [{}]}}{}",
             json_escape(r.group),
             json_escape(r.arm),
             ns.join(", "),
+            min.join(", "),
             if i + 1 < rows.len() { "," } else { "" }
         );
     }
@@ -410,7 +444,7 @@ fn main() {
     let o = parse();
     println!("ranklocal compare — {}", machine());
     println!(
-        "ns/op per thread, {} ms per arm and thread count; ranks looked up round-robin: {} (cache-miss arms: {})",
+        "ns/op per thread (median of {REPEATS} repeats, arms taking turns; min = fastest repeat), {} ms per arm and thread count; ranks looked up round-robin: {} (cache-miss arms: {})",
         o.dur.as_millis(),
         o.ranks,
         o.miss_ranks

@@ -24,8 +24,10 @@ for c in "${controls[@]}"; do
   IFS='|' read -r name file expr model expect <<<"$c"
   rm -rf "$scratch/crate" && mkdir -p "$scratch/crate"
   cp -r Cargo.toml Cargo.lock src loom_tests README.md papers "$scratch/crate/"
+  # benches/ is a workspace member (the criterion crate): copy its manifest and sources so the
+  # scratch workspace resolves with the same Cargo.lock
   mkdir -p "$scratch/crate/benches" "$scratch/crate/examples" "$scratch/crate/tests"
-  cp benches/ranklocal.rs benches/arms.rs "$scratch/crate/benches/"
+  cp benches/Cargo.toml benches/ranklocal.rs benches/arms.rs "$scratch/crate/benches/"
   sed -i "$expr" "$scratch/crate/$file"
   if cmp -s "$file" "$scratch/crate/$file"; then
     echo "negative control '$name': the mutation did not apply (update loom_tests/negative.sh)"

@@ -13,6 +13,10 @@ use crate::snapshot::{Erased, Snapshot};
 ///
 /// Readers take arc-swap's thread-local debt slot instead of an epoch pin; the old snapshot is
 /// freed when its last `Arc` goes.
+///
+/// Needs the `arc-swap` feature (off by default): the backend exists for comparison with
+/// [`Epoch`](super::Epoch), and most users need not compile arc-swap.
+#[cfg_attr(docsrs, doc(cfg(feature = "arc-swap")))]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ArcSwap;
 

@@ -13,12 +13,12 @@
 //! another `insert`; readers race everything. `Baseline` is the C++ design ported faithfully for
 //! comparison (read lock, then write lock); it is correct, just not lock-free.
 
-#[cfg(not(loom))]
+#[cfg(all(feature = "arc-swap", not(loom)))]
 mod arc_swap;
 mod baseline;
 mod epoch;
 
-#[cfg(not(loom))]
+#[cfg(all(feature = "arc-swap", not(loom)))]
 pub use self::arc_swap::ArcSwap;
 pub use self::baseline::Baseline;
 pub use self::epoch::Epoch;
@@ -30,11 +30,17 @@ mod sealed {
 }
 pub(crate) use sealed::Sealed;
 
-/// A map backend for [`RankLocal`](crate::RankLocal): [`Epoch`], [`ArcSwap`] or [`Baseline`].
+/// A map backend for [`RankLocal`](crate::RankLocal): [`Epoch`], [`ArcSwap`] (feature
+/// `arc-swap`) or [`Baseline`].
 ///
 /// The trait is sealed: its items are the crate's internal protocol (type-erased entries, a
 /// single serialized writer) and are hidden from the docs. Pick a backend with the second type
 /// parameter, e.g. `RankLocal<T, Baseline>`.
+///
+#[cfg_attr(
+    not(all(feature = "arc-swap", not(loom))),
+    doc = "[`ArcSwap`]: https://docs.rs/ranklocal/latest/ranklocal/struct.ArcSwap.html"
+)]
 pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     /// A short name for tables and `Debug` output.
     const NAME: &'static str;
