@@ -161,6 +161,27 @@ impl<F> Drop for Bound<F> {
 /// ```
 pub trait OnBehalfExt: Future + Sized {
     /// Wraps `self` so that every poll runs as `rank`.
+    ///
+    /// ```
+    /// use ranklocal::{OnBehalfExt, Rank, RankId, RankLocal};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// #     let mut f = std::pin::pin!(f);
+    /// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v } }
+    /// # }
+    ///
+    /// static STEPS: RankLocal<AtomicU32> = RankLocal::new();
+    ///
+    /// let request = Rank::new();
+    /// let fut = async {
+    ///     STEPS.get().fetch_add(1, Ordering::Relaxed);
+    ///     RankId::current()
+    /// };
+    /// assert_eq!(block_on(fut.on_behalf_of(request.id())), request.id());
+    /// assert_eq!(STEPS.get_for(request.id()).unwrap().load(Ordering::Relaxed), 1);
+    /// assert!(STEPS.try_get().is_none()); // the polling thread's own rank was not touched
+    /// ```
     fn on_behalf_of(self, rank: RankId) -> OnBehalfOf<Self> {
         OnBehalfOf {
             inner: ManuallyDrop::new(self),

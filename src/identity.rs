@@ -32,18 +32,44 @@ impl RankId {
     /// The rank this thread is acting for now: the innermost
     /// [`on_behalf_of`](crate::on_behalf_of) rank, or the thread's own rank when it is not
     /// delegating.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankId};
+    ///
+    /// let me = RankId::current();
+    /// assert_eq!(me, RankId::this_thread()); // not delegating
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || assert_eq!(RankId::current(), job.id()));
+    /// assert_eq!(RankId::current(), me); // restored
+    /// ```
     #[inline]
     pub fn current() -> RankId {
         RankId(current_raw())
     }
 
     /// This OS thread's own rank, ignoring any delegation.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankId};
+    ///
+    /// let me = RankId::this_thread();
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || assert_eq!(RankId::this_thread(), me));
+    /// let other = std::thread::spawn(RankId::this_thread).join().unwrap();
+    /// assert_ne!(other, me); // every thread has its own, never reused
+    /// ```
     #[inline]
     pub fn this_thread() -> RankId {
         RankId(own_raw())
     }
 
     /// The id as an integer (never 0).
+    ///
+    /// ```
+    /// let id = ranklocal::RankId::current();
+    /// assert_ne!(id.as_u64(), 0);
+    /// assert_eq!(id.to_string(), format!("rank#{}", id.as_u64()));
+    /// ```
     #[inline]
     pub fn as_u64(self) -> u64 {
         self.0
@@ -116,6 +142,15 @@ pub struct Rank {
 
 impl Rank {
     /// A new live rank with a fresh id (never handed out before, to a thread or a `Rank`).
+    ///
+    /// ```
+    /// use ranklocal::{Rank, RankId};
+    ///
+    /// let (a, b) = (Rank::new(), Rank::new());
+    /// assert_ne!(a.id(), b.id());
+    /// assert_ne!(a.id(), RankId::this_thread());
+    /// assert!(b.id() > a.id()); // handed out in order, from one counter
+    /// ```
     #[must_use = "a Rank exits when dropped; dropping it at once makes an exited rank"]
     pub fn new() -> Rank {
         let id = fresh_id();
@@ -126,6 +161,17 @@ impl Rank {
     }
 
     /// This rank's id: act as the rank with [`on_behalf_of`](crate::on_behalf_of)`(rank.id(), ..)`.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankId};
+    ///
+    /// let request = Rank::new();
+    /// let id = request.id(); // `Copy`: send it to whichever thread works for the request
+    /// let seen = std::thread::spawn(move || on_behalf_of(id, RankId::current))
+    ///     .join()
+    ///     .unwrap();
+    /// assert_eq!(seen, request.id());
+    /// ```
     #[inline]
     pub fn id(&self) -> RankId {
         self.id

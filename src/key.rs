@@ -75,6 +75,20 @@ impl<T: 'static> RankLocalKey<T> {
 impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// The current rank's instance, created with the static's initializer on first use.
     ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, rank_local, Rank};
+    /// use std::sync::Mutex;
+    ///
+    /// rank_local! {
+    ///     static LOG: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+    /// }
+    ///
+    /// LOG.get().lock().unwrap().push(1);
+    /// assert_eq!(*LOG.get().lock().unwrap(), [1]); // this rank's instance, `'static`
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || assert!(LOG.get().lock().unwrap().is_empty())); // job's own
+    /// ```
+    ///
     /// # Panics
     /// As [`RankLocal::get_or`].
     #[inline]
@@ -107,6 +121,19 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     }
 
     /// The current rank's instance if it exists; never creates one.
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// rank_local! {
+    ///     static LIMIT: AtomicU32 = AtomicU32::new(5);
+    /// }
+    ///
+    /// assert!(LIMIT.try_get().is_none()); // the initializer has not run
+    /// LIMIT.get();
+    /// assert_eq!(LIMIT.try_get().map(|l| l.load(Ordering::Relaxed)), Some(5));
+    /// ```
     #[inline]
     pub fn try_get(&'static self) -> Option<&'static T> {
         if identity::acting_as_self() {
@@ -122,17 +149,63 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     }
 
     /// `rank`'s instance if it exists; never creates one.
+    ///
+    /// ```
+    /// use ranklocal::{rank_local, RankId};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// rank_local! {
+    ///     static DONE: AtomicU32 = const { AtomicU32::new(0) };
+    /// }
+    ///
+    /// let worker = std::thread::spawn(|| {
+    ///     DONE.get().store(3, Ordering::Relaxed);
+    ///     RankId::current()
+    /// })
+    /// .join()
+    /// .unwrap();
+    /// assert_eq!(DONE.get_for(worker).map(|d| d.load(Ordering::Relaxed)), Some(3));
+    /// assert!(DONE.get_for(RankId::current()).is_none());
+    /// ```
     #[inline]
     pub fn get_for(&'static self, rank: RankId) -> Option<&'static T> {
         self.inner.0.get_for(rank)
     }
 
     /// Every `(rank, instance)`, from one consistent snapshot.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, rank_local, Rank, RankId};
+    ///
+    /// rank_local! {
+    ///     static OWNER: RankId = RankId::current();
+    /// }
+    ///
+    /// OWNER.get();
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || OWNER.get());
+    /// assert_eq!(OWNER.iter().count(), 2);
+    /// assert!(OWNER.iter().all(|(rank, owner)| rank == *owner)); // built by each rank
+    /// ```
     pub fn iter(&'static self) -> Iter<'static, T, crate::Epoch> {
         self.inner.0.iter()
     }
 
     /// The underlying `RankLocal`.
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::sync::atomic::AtomicU32;
+    ///
+    /// rank_local! {
+    ///     static HITS: AtomicU32 = AtomicU32::new(0);
+    /// }
+    ///
+    /// let hits = HITS.get();
+    /// let rl = HITS.as_rank_local();
+    /// assert_eq!(rl.len(), 1);
+    /// assert!(std::ptr::eq(rl.try_get().unwrap(), hits)); // the same instance
+    /// ```
     pub fn as_rank_local(&'static self) -> &'static RankLocal<T> {
         &self.inner.0
     }

@@ -89,15 +89,11 @@
 //!
 //! # Why `T: Send + Sync`
 //!
-//! A thread-local value is only ever touched by its own thread, so `std::thread_local!` accepts
-//! any `T`. A rank's instance is not: a delegate inside [`on_behalf_of`] gets `&T` to the rank's
-//! instance while the rank's own thread may hold `&T` to it too, so `T` must be `Sync`; and an
-//! instance created on one thread is dropped (by [`RankLocal::clear`],
-//! [`RankLocal::purge_exited`] or with the `RankLocal`) or handed out by value or `&mut` (by
-//! `into_iter`, `iter_mut`) on whichever thread does that, so `T` must be `Send`. The C++ says
-//! "RankLocal doesn't make the underlying objects thread-safe" and leaves that to the caller;
-//! Rust checks it. For mutable per-rank state use `Mutex`, `RwLock` or atomics (not `RefCell`
-//! or `Cell`); state that no other thread may ever see belongs in `std::thread_local!`.
+//! A rank's instance, unlike a thread-local, is shared between threads: a delegate inside
+//! [`on_behalf_of`] reads it through `&T` while its own thread may too (`Sync`), and it is dropped
+//! or moved out on whichever thread clears, purges or drops the `RankLocal` (`Send`). The C++
+//! leaves thread safety to the caller; here the compiler checks it. Use `Mutex`, `RwLock` or
+//! atomics for mutable per-rank state; the full reasoning is on [`RankLocal`].
 //!
 //! # Features
 //!

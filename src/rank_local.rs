@@ -111,6 +111,30 @@ struct Claim {
 /// .unwrap();
 /// assert_eq!(*WORKS.get().lock().unwrap(), ["forward", "backward"]);
 /// ```
+///
+/// **Why `T: Send + Sync`.** Unlike a thread-local, a rank's instance is shared between threads. A
+/// delegate inside `on_behalf_of(rank, ..)` (or a future polled with `.on_behalf_of(rank)`) gets
+/// `&T` to the same instance the rank's own thread may be using at that moment, and `get_for`
+/// hands out another rank's `&T`: so `T` must be `Sync`. The instance is dropped by `clear`,
+/// `purge_exited` or the `RankLocal`'s drop, and moved out by `into_iter` or `iter_mut`, on
+/// whichever thread does that, usually not the one that created it: so `T` must be `Send`. The
+/// C++ `RankLocal` notes that it "doesn't make the underlying objects thread-safe" and leaves that
+/// to the caller; here the compiler checks it. Put mutable per-rank state behind `Mutex`, `RwLock`
+/// or atomics (`RefCell` and `Cell` are not `Sync`); state no other thread may ever see belongs in
+/// `std::thread_local!`.
+///
+/// ```compile_fail
+/// // `Cell` is not `Sync`: a delegate on another thread could race the owner through `&Cell`
+/// let counts: ranklocal::RankLocal<std::cell::Cell<u32>> = ranklocal::RankLocal::new();
+/// counts.get().set(1);
+/// ```
+/// ```
+/// // the thread-safe twin
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// let counts: ranklocal::RankLocal<AtomicU32> = ranklocal::RankLocal::new();
+/// counts.get().store(1, Ordering::Relaxed);
+/// assert_eq!(counts.get().load(Ordering::Relaxed), 1);
+/// ```
 pub struct RankLocal<T, B: Backend = Epoch> {
     /// rank → instance (I1, I5).
     map: B::Map,
@@ -144,6 +168,15 @@ macro_rules! empty_rank_local {
 
 impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// An empty `RankLocal`, usable in a `static`.
+    ///
+    /// ```
+    /// use ranklocal::{Baseline, RankLocal};
+    /// use std::sync::atomic::AtomicU64;
+    ///
+    /// static BYTES_SENT: RankLocal<AtomicU64> = RankLocal::new(); // `const`: fine in a static
+    /// let scratch: RankLocal<Vec<u8>, Baseline> = RankLocal::new(); // any backend
+    /// assert!(BYTES_SENT.is_empty() && scratch.is_empty());
+    /// ```
     #[cfg(not(loom))]
     #[must_use]
     pub const fn new() -> Self {
@@ -162,6 +195,19 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// The current rank is [`RankId::current`]: the thread's own, or the one it acts for inside
     /// [`on_behalf_of`](crate::on_behalf_of). If that rank has exited, this still returns (or
     /// creates) its instance; [`purge_exited`](Self::purge_exited) drops it.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let calls: RankLocal<AtomicU32> = RankLocal::new();
+    /// calls.get().fetch_add(1, Ordering::Relaxed);
+    /// assert_eq!(calls.get().load(Ordering::Relaxed), 1); // the same instance again
+    /// let job = Rank::new();
+    /// // another rank gets its own, fresh instance
+    /// on_behalf_of(job.id(), || assert_eq!(calls.get().load(Ordering::Relaxed), 0));
+    /// assert_eq!(calls.len(), 2);
+    /// ```
     ///
     /// # Panics
     /// If called for a rank from inside that rank's own `init` on this `RankLocal` (reentrant
@@ -213,6 +259,17 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// `thread::scope(|s| s.spawn(move || on_behalf_of(me, || RL.get())).join())`, never returns;
     /// so do two `init`s on two threads that wait for each other's ranks.
     ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    ///
+    /// let names: RankLocal<String> = RankLocal::new();
+    /// let name = names.get_or(|| format!("worker {}", RankId::current()));
+    /// // `init` ran once for this rank; later calls return the same instance
+    /// let again = names.get_or(|| unreachable!());
+    /// assert!(std::ptr::eq(name, again));
+    /// assert_eq!(*name, format!("worker {}", RankId::current()));
+    /// ```
+    ///
     /// # Panics
     /// If called for a rank from inside that rank's own `init` on this `RankLocal`, or if `init`
     /// panics.
@@ -227,6 +284,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// The current rank's instance, created with `init` on first use; if `init` fails, nothing is
     /// inserted and its error is returned (the next call tries again).
     ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    ///
+    /// let port: RankLocal<u16> = RankLocal::new();
+    /// assert!(port.get_or_try(|| "http".parse::<u16>()).is_err());
+    /// assert!(port.try_get().is_none()); // the failed init inserted nothing
+    /// assert_eq!(port.get_or_try(|| "8080".parse::<u16>()), Ok(&8080));
+    /// ```
+    ///
     /// # Panics
     /// As [`get_or`](Self::get_or).
     #[inline]
@@ -240,6 +306,18 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     /// The current rank's instance if it exists; never creates one.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let buf: RankLocal<Vec<u8>> = RankLocal::new();
+    /// assert!(buf.try_get().is_none());
+    /// assert!(buf.try_get().is_none()); // still none: `try_get` created nothing
+    /// buf.get_or(|| vec![1, 2]);
+    /// assert_eq!(buf.try_get(), Some(&vec![1, 2]));
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || assert!(buf.try_get().is_none())); // not for another rank
+    /// ```
     #[inline]
     pub fn try_get(&self) -> Option<&T> {
         self.get_for(RankId::current())
@@ -248,6 +326,24 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// `rank`'s instance if it exists; never creates one. Works for any rank, including one that
     /// has exited — its thread ended or its [`Rank`](crate::Rank) was dropped — until
     /// [`purge_exited`](Self::purge_exited) drops the instance.
+    ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let score: RankLocal<AtomicU32> = RankLocal::new();
+    /// let worker = std::thread::scope(|s| {
+    ///     s.spawn(|| {
+    ///         score.get().store(7, Ordering::Relaxed);
+    ///         RankId::current()
+    ///     })
+    ///     .join()
+    ///     .unwrap()
+    /// });
+    /// // the worker has exited; its instance stays until `purge_exited`
+    /// assert_eq!(score.get_for(worker).unwrap().load(Ordering::Relaxed), 7);
+    /// assert!(score.get_for(RankId::current()).is_none()); // this thread never touched it
+    /// ```
     #[inline]
     pub fn get_for(&self, rank: RankId) -> Option<&T> {
         let rank = rank.as_u64();
@@ -255,17 +351,56 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     /// Number of ranks with an instance.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let rl: RankLocal<u32> = RankLocal::new();
+    /// assert_eq!(rl.len(), 0);
+    /// rl.get_or(|| 1);
+    /// rl.get_or(|| 2); // same rank: no new instance
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || rl.get_or(|| 3));
+    /// assert_eq!(rl.len(), 2);
+    /// ```
     pub fn len(&self) -> usize {
         B::len(&self.map)
     }
 
     /// `true` if no rank has an instance.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    ///
+    /// let mut rl: RankLocal<String> = RankLocal::new();
+    /// assert!(rl.is_empty());
+    /// rl.get();
+    /// assert!(!rl.is_empty());
+    /// rl.clear();
+    /// assert!(rl.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Every `(rank, instance)`, from one consistent snapshot taken when called (ranks inserted
     /// later are not seen). Order is unspecified. On `Epoch` the iterator keeps the thread pinned.
+    ///
+    /// `&RankLocal` is `IntoIterator` too: `for (rank, v) in &rl` is `rl.iter()`.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let rl: RankLocal<u64> = RankLocal::new();
+    /// let (a, b) = (Rank::new(), Rank::new());
+    /// for r in [&a, &b] {
+    ///     on_behalf_of(r.id(), || rl.get_or(|| r.id().as_u64() * 10));
+    /// }
+    /// let mut seen: Vec<_> = rl.iter().map(|(rank, v)| (rank, *v)).collect();
+    /// seen.sort(); // order is unspecified
+    /// assert_eq!(seen, [(a.id(), a.id().as_u64() * 10), (b.id(), b.id().as_u64() * 10)]);
+    /// assert!((&rl).into_iter().all(|(rank, v)| *v == rank.as_u64() * 10));
+    /// ```
     pub fn iter(&self) -> Iter<'_, T, B> {
         Iter {
             inner: B::iter(&self.map),
@@ -274,6 +409,25 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     /// Every `(rank, &mut instance)`.
+    ///
+    /// `&mut RankLocal` is `IntoIterator` too: `for (rank, v) in &mut rl` is `rl.iter_mut()`.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let mut totals: RankLocal<u64> = RankLocal::new();
+    /// totals.get_or(|| 40);
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || totals.get_or(|| 1));
+    /// for (_, total) in totals.iter_mut() {
+    ///     *total += 1; // no lock: `&mut self` excludes every other user
+    /// }
+    /// for (_, total) in &mut totals {
+    ///     *total += 1;
+    /// }
+    /// assert_eq!(totals.try_get(), Some(&42));
+    /// assert_eq!(totals.get_for(job.id()), Some(&3));
+    /// ```
     pub fn iter_mut(&mut self) -> IterMut<'_, T, B> {
         IterMut {
             inner: B::iter(&self.map),
@@ -282,6 +436,16 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     /// Drops every instance.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    ///
+    /// let mut rl: RankLocal<String> = RankLocal::new();
+    /// rl.get_or(|| "old".to_string());
+    /// rl.clear();
+    /// assert!(rl.try_get().is_none());
+    /// assert_eq!(rl.get_or(|| "new".to_string()), "new"); // the next use runs `init` again
+    /// ```
     pub fn clear(&mut self) {
         self.remove_where(&mut |_| false);
     }
@@ -294,6 +458,21 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// until then, whether or not any thread acts for it. An exited rank can still be acted for;
     /// an instance made for it afterwards is dropped by the next purge (see the crate docs'
     /// "Exited ranks").
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let mut sessions: RankLocal<String> = RankLocal::new();
+    /// let (a, b) = (Rank::new(), Rank::new());
+    /// on_behalf_of(a.id(), || sessions.get_or(|| "a".into()));
+    /// on_behalf_of(b.id(), || sessions.get_or(|| "b".into()));
+    /// sessions.get_or(|| "main".into()); // the main thread never counts as exited
+    /// let a_id = a.id();
+    /// drop(a); // rank `a` exits
+    /// assert_eq!(sessions.purge_exited(), 1);
+    /// assert!(sessions.get_for(a_id).is_none());
+    /// assert_eq!(sessions.len(), 2); // `b` (still live) and this thread
+    /// ```
     pub fn purge_exited(&mut self) -> usize {
         // Collect the live set first: dropping instances may touch rank ids (and its lock).
         let live = identity::with_live(|live| live.clone());
@@ -515,6 +694,21 @@ impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for RankLocal<T, B> {
 /// already exist and can insert nothing, so reading a `&'a &'static str` as a `&'a &'short str`
 /// is a plain subtyping of what it yields (I9). It borrows the `RankLocal` for `'a`. `Send` only
 /// if the backend's iterator is: the `Epoch` one holds an epoch pin, which is `!Send`.
+///
+/// ```
+/// use ranklocal::{Iter, RankId, RankLocal};
+///
+/// let rl: RankLocal<&'static str> = RankLocal::new();
+/// rl.get_or(|| "hello");
+/// let it: Iter<'_, &'static str, ranklocal::Epoch> = rl.iter();
+/// assert_eq!(it.collect::<Vec<_>>(), [(RankId::current(), &"hello")]);
+/// // a rank inserted after `iter` was called is not seen by it (one snapshot)
+/// let mut it = rl.iter();
+/// let job = ranklocal::Rank::new();
+/// ranklocal::on_behalf_of(job.id(), || rl.get_or(|| "later"));
+/// assert_eq!(it.count(), 1);
+/// assert_eq!(rl.iter().count(), 2);
+/// ```
 pub struct Iter<'a, T, B: Backend> {
     inner: B::Iter<'a>,
     _rl: PhantomData<(&'a T, &'a B)>,
@@ -535,6 +729,18 @@ impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
 ///
 /// *Invariant* in `T`, like `core::slice::IterMut`: it hands out `&mut T`, through which a
 /// shorter-lived value could be written (I9).
+///
+/// ```
+/// use ranklocal::{IterMut, RankLocal};
+///
+/// let mut rl: RankLocal<Vec<u32>> = RankLocal::new();
+/// rl.get_or(|| vec![1]);
+/// let it: IterMut<'_, Vec<u32>, ranklocal::Epoch> = rl.iter_mut();
+/// for (_, v) in it {
+///     v.push(2);
+/// }
+/// assert_eq!(rl.try_get(), Some(&vec![1, 2]));
+/// ```
 pub struct IterMut<'a, T, B: Backend> {
     inner: B::Iter<'a>,
     _rl: PhantomData<&'a mut RankLocal<T, B>>,
@@ -574,6 +780,15 @@ impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
     type IntoIter = std::vec::IntoIter<(RankId, T)>;
 
     /// Takes every instance out, in unspecified order.
+    ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    ///
+    /// let rl: RankLocal<String> = RankLocal::new();
+    /// rl.get_or(|| "mine".to_string());
+    /// let owned: Vec<(RankId, String)> = rl.into_iter().collect();
+    /// assert_eq!(owned, [(RankId::current(), "mine".to_string())]);
+    /// ```
     fn into_iter(mut self) -> Self::IntoIter {
         let entries = B::retain(&mut self.map, &mut |_| false);
         let owned: Vec<(RankId, T)> = entries

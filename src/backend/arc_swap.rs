@@ -16,6 +16,20 @@ use crate::snapshot::{Erased, Snapshot};
 ///
 /// Needs the `arc-swap` feature (off by default): the backend exists for comparison with
 /// [`Epoch`](super::Epoch), and most users need not compile arc-swap.
+///
+/// ```
+/// # #[cfg(feature = "arc-swap")] {
+/// use ranklocal::{on_behalf_of, ArcSwap, Rank, RankLocal};
+///
+/// let rl: RankLocal<String, ArcSwap> = RankLocal::new();
+/// rl.get_or(|| "owner".to_string());
+/// let job = Rank::new();
+/// on_behalf_of(job.id(), || rl.get_or(|| "job".to_string()));
+/// assert_eq!(rl.get_for(job.id()).map(String::as_str), Some("job"));
+/// assert_eq!(rl.len(), 2);
+/// assert!(format!("{rl:?}").contains(r#"backend: "arc-swap""#));
+/// # }
+/// ```
 #[cfg_attr(docsrs, doc(cfg(feature = "arc-swap")))]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ArcSwap;

@@ -12,6 +12,21 @@ use crate::snapshot::{Erased, RankHasher};
 ///
 /// Lookups take the read lock (a shared reader count every reader writes), first touches the
 /// write lock. Unlike the C++ original, `init` runs outside the lock.
+///
+/// ```
+/// use ranklocal::{on_behalf_of, Baseline, Rank, RankLocal};
+/// use std::sync::atomic::{AtomicU32, Ordering};
+///
+/// static LEGACY: RankLocal<AtomicU32, Baseline> = RankLocal::new();
+///
+/// LEGACY.get().fetch_add(1, Ordering::Relaxed);
+/// let job = Rank::new();
+/// // a delegated lookup takes the read lock, a first touch the write lock
+/// on_behalf_of(job.id(), || LEGACY.get().fetch_add(10, Ordering::Relaxed));
+/// assert_eq!(LEGACY.get().load(Ordering::Relaxed), 1);
+/// assert_eq!(LEGACY.get_for(job.id()).unwrap().load(Ordering::Relaxed), 10);
+/// assert!(format!("{LEGACY:?}").contains(r#"backend: "baseline""#));
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Baseline;
 

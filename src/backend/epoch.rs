@@ -19,6 +19,15 @@ use crate::snapshot::{Erased, Snapshot};
 /// Readers pin the epoch (a thread-local write), load the current snapshot and probe it; they
 /// never lock, never write a shared cache line and never allocate. A first touch copies the
 /// snapshot with one more entry and retires the old one to the epoch collector.
+///
+/// ```
+/// use ranklocal::{Epoch, RankLocal};
+///
+/// // the default backend: `RankLocal<T>` is `RankLocal<T, Epoch>`
+/// let rl: RankLocal<u32, Epoch> = RankLocal::<u32>::new();
+/// assert_eq!(*rl.get_or(|| 7), 7);
+/// assert!(format!("{rl:?}").contains(r#"backend: "epoch""#));
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Epoch;
 

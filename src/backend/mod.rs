@@ -37,6 +37,18 @@ pub(crate) use sealed::Sealed;
 /// single serialized writer) and are hidden from the docs. Pick a backend with the second type
 /// parameter, e.g. `RankLocal<T, Baseline>`.
 ///
+/// ```
+/// use ranklocal::{Backend, Baseline, Epoch, RankLocal};
+///
+/// // code generic over the backend, as the crate's tests and benchmarks are
+/// fn first_touch<B: Backend>() -> (&'static str, u32) {
+///     let rl: RankLocal<u32, B> = RankLocal::new();
+///     (B::NAME, *rl.get_or(|| 1))
+/// }
+/// assert_eq!(first_touch::<Epoch>(), ("epoch", 1));
+/// assert_eq!(first_touch::<Baseline>(), ("baseline", 1));
+/// ```
+///
 #[cfg_attr(
     not(all(feature = "arc-swap", not(loom))),
     doc = "[`ArcSwap`]: https://docs.rs/ranklocal/latest/ranklocal/struct.ArcSwap.html"
