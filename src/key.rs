@@ -280,18 +280,23 @@ macro_rules! __rank_local_inner {
         $vis static $name: $crate::RankLocalKey<$t> = {
             // Hygiene: the user's initializer is compiled here, outside the block below that
             // declares the helper items, so every name in it resolves to the user's items. (A
-            // `let` binding made by the macro is hygienic: the user cannot name it.)
+            // `let` binding made by the macro is hygienic: the user cannot name it.) The type is
+            // written again inside the block, so the helper items there carry `__RANKLOCAL_`
+            // names (as std's `thread_local!` does) that a user constant in `$t` won't meet, and
+            // every path is `$crate::`-rooted (a user `core` crate or module changes nothing).
             let init: fn() -> $t = || $init;
             {
-                static INNER: $crate::__private::KeyStorage<$t> =
+                static __RANKLOCAL_STORAGE: $crate::__private::KeyStorage<$t> =
                     $crate::__private::KeyStorage::new();
                 $crate::__private::thread_local! {
-                    static SLOT: $crate::__private::Cell<*const $t> =
-                        const { $crate::__private::Cell::new(::core::ptr::null()) };
+                    static __RANKLOCAL_SLOT: $crate::__private::Cell<*const $t> =
+                        const { $crate::__private::Cell::new($crate::__private::null()) };
                 }
-                // SAFETY: `INNER` and `SLOT` are declared just above, by this expansion, for this
-                // key alone; `SLOT` starts null (I8).
-                unsafe { $crate::RankLocalKey::__new(&INNER, &SLOT, init) }
+                // SAFETY: `__RANKLOCAL_STORAGE` and `__RANKLOCAL_SLOT` are declared just above, by
+                // this expansion, for this key alone; the slot starts null (I8).
+                unsafe {
+                    $crate::RankLocalKey::__new(&__RANKLOCAL_STORAGE, &__RANKLOCAL_SLOT, init)
+                }
             }
         };
     };

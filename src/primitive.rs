@@ -95,5 +95,6 @@ pub mod __private {
     #[cfg(not(loom))]
     pub use crate::key::{KeyStorage, RankLocalValue};
     pub use core::cell::Cell;
+    pub use core::ptr::null;
     pub use std::thread_local;
 }

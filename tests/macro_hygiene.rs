@@ -67,3 +67,27 @@ mod shadowing_inside_a_module {
         assert_eq!(*M.get(), 2);
     }
 }
+
+/// User constants named like the old helper items, used in the *type*: the type is written again
+/// inside the block that declares the helpers, so they must not capture it (found in review:
+/// `error[E0391]: cycle detected` with helpers named `SLOT`/`INNER`). std's `thread_local!`
+/// accepts the same declarations.
+mod user_consts_in_the_type {
+    use ranklocal::rank_local;
+
+    const SLOT: usize = 4;
+    const INNER: usize = 2;
+
+    struct Arr<const K: usize>([u8; K]);
+
+    rank_local! {
+        static X: [u8; SLOT] = [0; SLOT];
+        static N: Arr<INNER> = Arr([0; INNER]);
+    }
+
+    #[test]
+    fn resolve_to_the_users_items() {
+        assert_eq!(X.get().len(), 4);
+        assert_eq!(N.get().0.len(), 2);
+    }
+}
