@@ -40,6 +40,7 @@ mod key;
 mod primitive;
 mod rank_local;
 mod snapshot;
+mod trie;
 
 #[cfg(not(loom))]
 pub use crate::backend::ArcSwap;

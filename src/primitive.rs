@@ -17,17 +17,17 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU64, Ordering},
+    atomic::{fence, AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard, RwLock,
 };
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicU64, Ordering},
+    atomic::{fence, AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard, RwLock,
 };
 
-/// Under loom only: the snapshot's reclamation canary (see `snapshot::Canary`).
+/// Under loom only: the trie's reclamation canaries (see `trie::Canary`).
 #[cfg(loom)]
 pub(crate) use loom::{alloc::Track, cell::UnsafeCell};
 
