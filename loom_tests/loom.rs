@@ -2,16 +2,18 @@
 //!
 //! ```text
 //! RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize" LOOM_MAX_PREEMPTIONS=2 \
-//!     timeout 900 cargo test --release --test loom
+//!     timeout 1200 cargo test --release --target-dir target/loom --test loom
 //! ```
 //!
 //! Without `--cfg loom` this file compiles to nothing. Each model counts the executions loom
 //! explored, prints the count and asserts a lower bound, so a model that silently stops exploring
 //! (a std primitive bypassing the shim, a missing cfg) fails instead of passing green.
 //!
-//! Under loom a snapshot carries a canary (a loom cell read by every lookup and written by the
-//! snapshot's drop) and a `Track`: loom reports a snapshot freed under a reader as a causality
-//! violation, and one never freed as a leak. Instances are `Track`ed too.
+//! Under loom every trie node and version header carries a canary (a loom cell read by every
+//! lookup, written by a writer that changes the node and by its drop) and a `Track`: loom reports
+//! a node freed or changed under a reader as a causality violation, and one never freed as a
+//! leak. The trie has 2 slots per node under loom, so a few ranks build several levels.
+//! Instances are `Track`ed too.
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering::Relaxed as StdRelaxed};
@@ -369,5 +371,139 @@ fn m7e_iter_while_inserting_baseline() {
         3,
         0b11,
         iter_while_inserting::<Baseline>,
+    );
+}
+
+// 8–10: the persistent trie. Under loom a node has 2 slots (1 bit per level), so the ranks of
+// these models (ids 1..6) already span tries of height 1 to 3: inserts grow the trie, copy paths
+// and share subtrees. Every node and version header carries a canary (a loom cell every lookup
+// reads, a node's writer writes and its drop writes) and a `Track`.
+
+/// 8. Two writers insert ranks that grow the trie and copy overlapping paths, while a reader on
+///    a third thread is mid-descent through the version before them: it finds the entry, and
+///    every replaced node is freed only after it left (no causality violation), and exactly once.
+fn two_writers_and_a_reader_mid_descent<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread(); // id 1
+    let other = spare_rank(); // id 2: the trie has height 2
+    rl.get_or(|| Inst::new(1));
+    on_behalf_of(other, || rl.get_or(|| Inst::new(2)));
+    let writers: Vec<_> = (0..2)
+        .map(|k| {
+            let rl = rl.clone();
+            thread::spawn(move || {
+                rl.get_or(|| Inst::new(10 + k));
+                RankId::this_thread()
+            })
+        })
+        .collect();
+    // the reader: a cache miss (its first lookup of `other`), so it descends the trie
+    let v = rl.get_for(other).map(|i| i.value);
+    let n = rl.len();
+    let ids: Vec<RankId> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    assert_eq!(
+        v,
+        Some(2),
+        "reader missed an entry present in every version"
+    );
+    assert!((2..=4).contains(&n), "len saw a torn version: {n}");
+    outcome(if n == 2 { 1 } else { 2 }); // 1: read before both publishes; 2: after one
+    assert_eq!(rl.len(), 4, "an insert was lost");
+    assert_eq!(rl.get_for(me).map(|i| i.value), Some(1));
+    for (k, id) in ids.into_iter().enumerate() {
+        assert_eq!(rl.get_for(id).map(|i| i.value), Some(10 + k));
+    }
+}
+
+#[test]
+fn m8_two_writers_and_a_reader_mid_descent_epoch() {
+    model(
+        "m8 two writers + reader mid-descent (epoch)",
+        10000,
+        0b11,
+        two_writers_and_a_reader_mid_descent::<Epoch>,
+    );
+}
+
+/// 9. Retirement of replaced nodes: a reader loads a version and descends it while a writer
+///    publishes two more versions, the second of which may free the first's replaced nodes —
+///    only once the reader can no longer be inside them.
+fn replaced_nodes_are_retired_after_readers<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread();
+    let (a, b) = (spare_rank(), spare_rank()); // ids 2, 3
+    rl.get_or(|| Inst::new(1)); // version 1
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let v = rl.get_for(me).map(|i| i.value);
+            let n = rl.len();
+            (v, n)
+        })
+    };
+    on_behalf_of(a, || rl.get_or(|| Inst::new(2))); // version 2: grows, replaces nothing
+    on_behalf_of(b, || rl.get_or(|| Inst::new(3))); // version 3: replaces version 2's path
+    let (v, n) = reader.join().unwrap();
+    assert_eq!(v, Some(1));
+    assert!((1..=3).contains(&n), "len saw a torn version: {n}");
+    outcome(if n == 1 { 1 } else { 2 }); // 1: read the first version; 2: a later one
+    assert_eq!(rl.len(), 3);
+}
+
+#[test]
+fn m9_replaced_nodes_are_retired_after_readers_epoch() {
+    model(
+        "m9 replaced nodes retired after readers (epoch)",
+        2000,
+        0b11,
+        replaced_nodes_are_retired_after_readers::<Epoch>,
+    );
+}
+
+/// 10. An iterator held across publishes: it walks exactly the snapshot it was created on while
+///     a writer publishes two versions that copy the paths it is walking (and may free nodes it
+///     does not hold); it holds a count, not a pin.
+fn held_iterator_across_publishes<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread();
+    let other = spare_rank();
+    let later = spare_rank();
+    rl.get_or(|| Inst::new(me.as_u64() as usize));
+    on_behalf_of(other, || rl.get_or(|| Inst::new(other.as_u64() as usize)));
+    let mut it = rl.iter();
+    let first = it.next().map(|(r, i)| (r, i.value));
+    let writer = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let r = RankId::this_thread();
+            rl.get_or(|| Inst::new(r.as_u64() as usize)); // copies the path of the held leaf
+            on_behalf_of(later, || rl.get_or(|| Inst::new(later.as_u64() as usize)));
+        })
+    };
+    let rest: Vec<(RankId, usize)> = it.map(|(r, i)| (r, i.value)).collect();
+    let n = rl.len();
+    writer.join().unwrap();
+    let mut seen: Vec<(RankId, usize)> = first.into_iter().chain(rest).collect();
+    seen.sort();
+    let mut want = vec![(me, me.as_u64() as usize), (other, other.as_u64() as usize)];
+    want.sort();
+    assert_eq!(
+        seen, want,
+        "the held iterator did not walk exactly its own snapshot"
+    );
+    outcome(if n == 2 { 1 } else { 2 }); // 1: iteration ended before any publish; 2: after
+    assert_eq!(rl.len(), 4);
+    let mut again: Vec<RankId> = rl.iter().map(|(r, _)| r).collect();
+    again.dedup();
+    assert_eq!(again.len(), 4, "a later iterator sees every rank once");
+}
+
+#[test]
+fn m10_held_iterator_across_publishes_epoch() {
+    model(
+        "m10 held iterator across publishes (epoch)",
+        450,
+        0b11,
+        held_iterator_across_publishes::<Epoch>,
     );
 }

@@ -17,13 +17,17 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{fence, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard, RwLock,
 };
 
+/// Only the `ArcSwap` backend (absent under loom) needs a fence.
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::fence;
+
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{fence, AtomicU64, AtomicUsize, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard, RwLock,
 };
 

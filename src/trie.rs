@@ -84,6 +84,12 @@ impl Canary {
     pub(crate) fn read(&self) {
         self.cell.with(|_| ());
     }
+
+    /// Reports a write of the object to loom (a writer changing a node's slots): a concurrent
+    /// reader of the same node is then a causality violation.
+    pub(crate) fn write(&self) {
+        self.cell.with_mut(|_| ());
+    }
 }
 
 #[cfg(loom)]
@@ -266,6 +272,10 @@ impl Trie {
             }
             None => Node::alloc([None; FANOUT], seq),
         };
+        // Under loom: the caller is about to write this node; a reader inside it would race.
+        // SAFETY: just allocated or reachable from the trie, hence alive (I13).
+        #[cfg(loom)]
+        unsafe { node.as_ref() }.canary.write();
         *link = Some(node.cast());
         node
     }
@@ -626,8 +636,9 @@ impl<H: Held> Reclaimer<H> {
         debug_assert!(self.retired.back().is_none_or(|&(s, _)| s < seq));
         self.retired.push_back((seq, old));
         let death = seq + 1;
-        self.garbage
-            .extend(self.replaced.drain(..).map(|node| Garbage { node, death }));
+        for node in self.replaced.drain(..) {
+            self.garbage.push(Garbage { node, death });
+        }
         // SAFETY: forwarded (I13).
         unsafe { self.collect() };
     }
