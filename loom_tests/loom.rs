@@ -385,22 +385,26 @@ fn m7e_iter_while_inserting_baseline() {
 fn two_writers_and_a_reader_mid_descent<B: Backend>() {
     let rl = Arc::new(RankLocal::<Inst, B>::new());
     let me = RankId::this_thread(); // id 1
-    let other = spare_rank(); // id 2: the trie has height 2
-    rl.get_or(|| Inst::new(1));
-    on_behalf_of(other, || rl.get_or(|| Inst::new(2)));
-    let writers: Vec<_> = (0..2)
-        .map(|k| {
-            let rl = rl.clone();
-            thread::spawn(move || {
-                rl.get_or(|| Inst::new(10 + k));
-                RankId::this_thread()
-            })
+    let (a, c) = (spare_rank(), spare_rank()); // ids 2, 3
+    rl.get_or(|| Inst::new(1)); // height 1
+    on_behalf_of(a, || rl.get_or(|| Inst::new(2))); // height 2
+    let writer = {
+        let rl = rl.clone();
+        // its own rank, id 4: grows the trie to height 3 (the old root becomes shared)
+        thread::spawn(move || {
+            rl.get_or(|| Inst::new(4));
+            RankId::this_thread()
         })
-        .collect();
-    // the reader: a cache miss (its first lookup of `other`), so it descends the trie
-    let v = rl.get_for(other).map(|i| i.value);
-    let n = rl.len();
-    let ids: Vec<RankId> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    };
+    let reader = {
+        let rl = rl.clone();
+        // a fresh thread: its cache is empty, so the lookup descends the trie
+        thread::spawn(move || (rl.get_for(a).map(|i| i.value), rl.len()))
+    };
+    // the second writer: rank 3 copies the path to the leaf it shares with rank 2
+    on_behalf_of(c, || rl.get_or(|| Inst::new(3)));
+    let (v, n) = reader.join().unwrap();
+    let w = writer.join().unwrap();
     assert_eq!(
         v,
         Some(2),
@@ -410,9 +414,8 @@ fn two_writers_and_a_reader_mid_descent<B: Backend>() {
     outcome(if n == 2 { 1 } else { 2 }); // 1: read before both publishes; 2: after one
     assert_eq!(rl.len(), 4, "an insert was lost");
     assert_eq!(rl.get_for(me).map(|i| i.value), Some(1));
-    for (k, id) in ids.into_iter().enumerate() {
-        assert_eq!(rl.get_for(id).map(|i| i.value), Some(10 + k));
-    }
+    assert_eq!(rl.get_for(c).map(|i| i.value), Some(3));
+    assert_eq!(rl.get_for(w).map(|i| i.value), Some(4));
 }
 
 #[test]

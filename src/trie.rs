@@ -180,6 +180,10 @@ pub(crate) struct Trie {
     root: Slot,
     /// Levels; 0 only for the empty trie.
     height: u32,
+    /// `(height - 1) * BITS`: the shift of the root's index (0 if empty).
+    top_shift: u32,
+    /// The largest id that fits (`FANOUT^height - 1`, saturating; 0 if empty).
+    max: u64,
     len: usize,
 }
 
@@ -194,8 +198,21 @@ impl Trie {
     pub(crate) const EMPTY: Trie = Trie {
         root: None,
         height: 0,
+        top_shift: 0,
+        max: 0,
         len: 0,
     };
+
+    /// Sets the height and the fields derived from it.
+    fn set_height(&mut self, height: u32) {
+        self.height = height;
+        self.top_shift = height.saturating_sub(1) * BITS;
+        self.max = if height == 0 {
+            0
+        } else {
+            low_mask(height * BITS)
+        };
+    }
 
     /// Number of entries.
     #[inline]
@@ -215,21 +232,21 @@ impl Trie {
     /// Every node reachable from this trie is alive for the duration of the call (I13).
     #[inline]
     pub(crate) unsafe fn get(&self, id: u64) -> Option<Erased> {
-        if !fits(self.height, id) {
+        if id > self.max {
             return None;
         }
         let mut node = self.root?.cast::<Node>();
-        let mut level = self.height - 1;
+        let mut shift = self.top_shift; // < 64, a multiple of BITS
         loop {
             // SAFETY: reachable from this trie, hence alive (caller, I13); immutable (I12).
             let n = unsafe { &*node.as_ptr() };
             canary_read!(n);
-            let slot = n.slots[index(id, level)]?;
-            if level == 0 {
+            let slot = n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)]?;
+            if shift == 0 {
                 return Some(Erased::from_non_null(slot));
             }
             node = slot.cast();
-            level -= 1;
+            shift -= BITS;
         }
     }
 
@@ -237,14 +254,14 @@ impl Trie {
     /// `seq`. The old root is shared, not replaced.
     fn grow_for(&mut self, id: u64, seq: u64) {
         if self.root.is_none() {
-            self.height = height_for(id);
+            self.set_height(height_for(id));
             return;
         }
         while !fits(self.height, id) {
             let mut slots = [None; FANOUT];
             slots[0] = self.root;
             self.root = Some(Node::alloc(slots, seq).cast());
-            self.height += 1;
+            self.set_height(self.height + 1);
         }
     }
 
@@ -370,7 +387,7 @@ impl Trie {
         }
         self.len -= 1;
         if self.root.is_none() {
-            self.height = 0;
+            self.set_height(0);
         }
         Some(old)
     }
