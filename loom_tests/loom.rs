@@ -379,15 +379,20 @@ fn m7e_iter_while_inserting_baseline() {
 // and share subtrees. Every node and version header carries a canary (a loom cell every lookup
 // reads, a node's writer writes and its drop writes) and a `Track`.
 
-/// 8. Two writers insert ranks that grow the trie and copy overlapping paths, while a reader on
-///    a third thread is mid-descent through the version before them: it finds the entry, and
-///    every replaced node is freed only after it left (no causality violation), and exactly once.
+/// 8. Two writers insert ranks that grow the trie and copy overlapping paths, racing each other,
+///    while a reader is mid-walk through the version before them: the main thread's iterator has
+///    read one entry when both writes happen (one of them by the main thread itself) and reads the
+///    rest afterwards. It sees exactly its version; every replaced node is freed only once no one
+///    can read it (no causality violation), and exactly once. (A third concurrent thread makes the
+///    model too large for the preemption bound; m9 races a pinned lookup against two publishes.)
 fn two_writers_and_a_reader_mid_descent<B: Backend>() {
     let rl = Arc::new(RankLocal::<Inst, B>::new());
     let me = RankId::this_thread(); // id 1
     let (a, c) = (spare_rank(), spare_rank()); // ids 2, 3
     rl.get_or(|| Inst::new(1)); // height 1
     on_behalf_of(a, || rl.get_or(|| Inst::new(2))); // height 2
+    let mut it = rl.iter();
+    let first = it.next().map(|(r, i)| (r, i.value));
     let writer = {
         let rl = rl.clone();
         // its own rank, id 4: grows the trie to height 3 (the old root becomes shared)
@@ -396,24 +401,17 @@ fn two_writers_and_a_reader_mid_descent<B: Backend>() {
             RankId::this_thread()
         })
     };
-    let reader = {
-        let rl = rl.clone();
-        // a fresh thread: its cache is empty, so the lookup descends the trie
-        thread::spawn(move || (rl.get_for(a).map(|i| i.value), rl.len()))
-    };
-    // the second writer: rank 3 copies the path to the leaf it shares with rank 2
+    // the second writer, racing the first: rank 3 copies the path to the leaf it shares with 2
     on_behalf_of(c, || rl.get_or(|| Inst::new(3)));
-    let (v, n) = reader.join().unwrap();
+    let rest: Vec<(RankId, usize)> = it.map(|(r, i)| (r, i.value)).collect();
     let w = writer.join().unwrap();
+    let seen: Vec<(RankId, usize)> = first.into_iter().chain(rest).collect();
     assert_eq!(
-        v,
-        Some(2),
-        "reader missed an entry present in every version"
+        seen,
+        vec![(me, 1), (a, 2)],
+        "the reader did not walk exactly its own version"
     );
-    assert!((2..=4).contains(&n), "len saw a torn version: {n}");
-    outcome(if n == 2 { 1 } else { 2 }); // 1: read before both publishes; 2: after one
     assert_eq!(rl.len(), 4, "an insert was lost");
-    assert_eq!(rl.get_for(me).map(|i| i.value), Some(1));
     assert_eq!(rl.get_for(c).map(|i| i.value), Some(3));
     assert_eq!(rl.get_for(w).map(|i| i.value), Some(4));
 }
@@ -423,7 +421,7 @@ fn m8_two_writers_and_a_reader_mid_descent_epoch() {
     model(
         "m8 two writers + reader mid-descent (epoch)",
         10000,
-        0b11,
+        0,
         two_writers_and_a_reader_mid_descent::<Epoch>,
     );
 }
