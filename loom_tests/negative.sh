@@ -14,7 +14,7 @@ export CARGO_TARGET_DIR="$root/target/loom-negative"
 # name # file # sed expression planting the bug # model expected to catch it # expected message
 # (fields separated by '#': the sed expressions contain '|')
 controls=(
-  "relaxed publish#src/backend/epoch.rs#s/map.head.store(Shared::from(new.cast_const()), Ordering::Release);/map.head.store(Shared::from(new.cast_const()), Ordering::Relaxed);/#m2_publish_while_reading_epoch#Causality violation"
+  "relaxed publish#src/backend/epoch.rs#s/.store(Shared::from(new.cast_const()), Ordering::Release);/.store(Shared::from(new.cast_const()), Ordering::Relaxed);/#m2_publish_while_reading_epoch#Causality violation"
   "epoch reference released at once, not after the grace period#src/backend/epoch.rs#s/unsafe { guard.defer_unchecked(move || release(old)) };/unsafe { release(old) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
   "epoch reference never released (version header leaked)#src/backend/epoch.rs#s/unsafe { guard.defer_unchecked(move || release(old)) };/let _ = old;/#m3_two_writers_different_ranks_epoch#leaked"
   "replaced node freed at once, not retired#src/trie.rs#s/self.garbage.push(Garbage { node, death });/unsafe { Node::free(node) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
