@@ -5,7 +5,8 @@
 //!   instance through a thread-local cache; a thread inside [`on_behalf_of`]`(rank, ..)` (or
 //!   polling a future wrapped with [`OnBehalfExt::on_behalf_of`]) gets `rank`'s instance.
 //! - [`rank_local!`]: statics declared like `std::thread_local!`, with a thread-local slot each.
-//! - Backends: [`Epoch`] (default; copy-on-write snapshots reclaimed by crossbeam-epoch),
+//! - Backends: [`Epoch`] (default; snapshots of a persistent radix trie, reclaimed through
+//!   crossbeam-epoch),
 //!   [`ArcSwap`] (the same snapshots behind `arc-swap`) and [`Baseline`] (the C++ `RwLock` +
 //!   `HashMap` design, for comparison). Readers on `Epoch`/`ArcSwap` never lock, never write a
 //!   shared cache line and never allocate.
