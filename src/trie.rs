@@ -237,17 +237,17 @@ impl Trie {
         }
         let mut node = self.root?.cast::<Node>();
         let mut shift = self.top_shift; // < 64, a multiple of BITS
-        loop {
+        while shift != 0 {
             // SAFETY: reachable from this trie, hence alive (caller, I13); immutable (I12).
             let n = unsafe { &*node.as_ptr() };
             canary_read!(n);
-            let slot = n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)]?;
-            if shift == 0 {
-                return Some(Erased::from_non_null(slot));
-            }
-            node = slot.cast();
+            node = n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)]?.cast();
             shift -= BITS;
         }
+        // SAFETY: as above: the leaf is reachable, hence alive (I13).
+        let leaf = unsafe { &*node.as_ptr() };
+        canary_read!(leaf);
+        leaf.slots[id as usize & (FANOUT - 1)].map(Erased::from_non_null)
     }
 
     /// Grows the trie (new roots over the old one) until it can hold `id`; new roots are born at
