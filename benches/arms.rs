@@ -50,6 +50,23 @@ pub fn spare_ranks(n: usize) -> Vec<RankId> {
         .collect()
 }
 
+/// `n` ranks of exited threads, made by a few spawner threads at once (each rank is a thread
+/// that starts, takes its id and exits), for the first-touch runs that need tens of thousands.
+pub fn spare_ranks_parallel(n: usize) -> Vec<RankId> {
+    let spawners = 4;
+    let mut out: Vec<RankId> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..spawners)
+            .map(|k| {
+                let share = n / spawners + usize::from(k < n % spawners);
+                s.spawn(move || spare_ranks(share))
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    out.sort();
+    out
+}
+
 /// Every implementation, populated with one instance per rank of `ranks`.
 pub struct World {
     pub ranks: Vec<RankId>,

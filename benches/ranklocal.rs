@@ -64,7 +64,7 @@ fn first_touch<B: Backend>(
     pool: &[RankId],
 ) {
     let (fresh, existing) = pool.split_at(64);
-    for n in [4usize, 64, 1024] {
+    for n in FIRST_TOUCH_RANKS {
         group.bench_with_input(BenchmarkId::new(B::NAME, n), &n, |b, &n| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
@@ -88,9 +88,16 @@ fn first_touch<B: Backend>(
     }
 }
 
+/// Existing-rank counts for the first-touch group (as `compare`'s).
+const FIRST_TOUCH_RANKS: [usize; 6] = [64, 256, 1024, 4096, 16384, 65536];
+
 fn inserts(c: &mut Criterion) {
-    let pool = arms::spare_ranks(1024 + 64);
+    let pool = arms::spare_ranks_parallel(65536 + 64);
     let mut group = c.benchmark_group("first touch (existing ranks)");
+    // each batch of 64 timed first touches first builds a map of up to 65,536 ranks
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(200));
     first_touch::<Epoch>(&mut group, &pool);
     first_touch::<ArcSwap>(&mut group, &pool);
     first_touch::<Baseline>(&mut group, &pool);

@@ -31,7 +31,7 @@ OPTIONS:
   --threads LIST   comma-separated thread counts                      [default: 1,2]
   --ms N           measuring time per arm and thread count, in ms, split
                    over 5 interleaved repeats (median and min shown)  [default: 300]
-  --quick          --ms 60 (a smoke run)
+  --quick          --ms 60, first touch up to 4096 ranks (a smoke run)
   --json PATH      also write the results as JSON
   --svg PATH       also write a bar chart (log scale) of the lookup arms as SVG
   --svg-ranks PATH also write a plot of first-touch cost vs existing ranks as SVG
@@ -48,6 +48,8 @@ struct Opts {
     json: Option<String>,
     svg: Option<String>,
     svg_ranks: Option<String>,
+    /// `--quick`: a smoke run (CI); first touch only up to [`FIRST_TOUCH_QUICK_MAX`] ranks.
+    quick: bool,
 }
 
 fn parse() -> Opts {
@@ -59,6 +61,7 @@ fn parse() -> Opts {
         json: None,
         svg: None,
         svg_ranks: None,
+        quick: false,
     };
     let mut args = std::env::args().skip(1);
     let num = |v: Option<String>, what: &str| -> usize {
@@ -74,7 +77,10 @@ fn parse() -> Opts {
             "--ranks" => o.ranks = num(args.next(), "--ranks").max(1),
             "--miss-ranks" => o.miss_ranks = num(args.next(), "--miss-ranks").max(1),
             "--ms" => o.dur = Duration::from_millis(num(args.next(), "--ms") as u64),
-            "--quick" => o.dur = Duration::from_millis(60),
+            "--quick" => {
+                o.dur = Duration::from_millis(60);
+                o.quick = true;
+            }
             "--threads" => {
                 o.threads = args
                     .next()
@@ -354,8 +360,66 @@ fn write_svg(path: &str, rows: &[Row], o: &Opts) {
     eprintln!("wrote {path}");
 }
 
+// ---- first touch (issue 11): cost of one new rank vs ranks already present ----------------
+
 /// Existing-rank counts at which first touch is measured.
-const FIRST_TOUCH_RANKS: [usize; 5] = [4, 16, 64, 256, 1024];
+const FIRST_TOUCH_RANKS: [usize; 6] = [64, 256, 1024, 4096, 16384, 65536];
+
+/// The largest existing-rank count `--quick` (CI) measures.
+const FIRST_TOUCH_QUICK_MAX: usize = 4096;
+
+/// The existing-rank counts this run measures.
+fn first_touch_ranks(o: &Opts) -> Vec<usize> {
+    FIRST_TOUCH_RANKS
+        .into_iter()
+        .filter(|&n| !o.quick || n <= FIRST_TOUCH_QUICK_MAX)
+        .collect()
+}
+
+/// First touch: one new rank into a `RankLocal` that already holds N ranks, for every N of
+/// [`first_touch_ranks`]. The backends take turns rep by rep, so allocator and cache state
+/// drifts hit them alike. Ranks are made cheaply: short-lived threads that only take an id and
+/// exit; the timed first touches are delegated (`on_behalf_of`), so thread creation is not timed.
+fn first_touch_section(o: &Opts) -> Vec<(String, usize, f64)> {
+    let sizes = first_touch_ranks(o);
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    eprint!(
+        "\r  making {} ranks (threads that start and exit)...   ",
+        max + 64
+    );
+    let pool = arms::spare_ranks_parallel(max + 64);
+    let (fresh, existing) = pool.split_at(64);
+    let mut inserts = Vec::new();
+    println!(
+        "\nfirst touch (insert one new rank; mean over 64 new ranks x reps, backends interleaved)\n  {:<12} {:>10} {:>10} {:>10} {:>14}",
+        "existing", "epoch ns", "arc-swap", "baseline", "epoch/baseline"
+    );
+    for n in sizes {
+        eprint!("\r  first touch at {n} ranks...                       ");
+        // fewer reps where each rep first builds a big map
+        let reps = match (o.quick, n) {
+            (true, _) => 2,
+            (false, 0..=1024) => 16,
+            (false, 1025..=4096) => 8,
+            (false, 4097..=16384) => 4,
+            _ => 3,
+        };
+        let (mut e, mut a, mut b) = (0.0, 0.0, 0.0);
+        for _ in 0..reps {
+            e += arms::insert_ns::<Epoch>(&existing[..n], fresh, 1) / reps as f64;
+            a += arms::insert_ns::<ArcSwap>(&existing[..n], fresh, 1) / reps as f64;
+            b += arms::insert_ns::<Baseline>(&existing[..n], fresh, 1) / reps as f64;
+        }
+        eprint!("\r{:<60}\r", "");
+        println!("  {n:<12} {e:>10.0} {a:>10.0} {b:>10.0} {:>14.2}", e / b);
+        inserts.extend([
+            ("epoch".to_string(), n, e),
+            ("arc-swap".to_string(), n, a),
+            ("baseline".to_string(), n, b),
+        ]);
+    }
+    inserts
+}
 
 /// First-touch ns vs existing ranks, one line per backend, log-log axes.
 fn write_ranks_svg(path: &str, inserts: &[(String, usize, f64)]) {
@@ -365,22 +429,26 @@ fn write_ranks_svg(path: &str, inserts: &[(String, usize, f64)]) {
         ("baseline", "#e15759"),
     ];
     let (left, top, width, height) = (70.0, 46.0, 460.0, 260.0);
+    let mut sizes: Vec<usize> = inserts.iter().map(|i| i.1).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
     let (first, last) = (
-        FIRST_TOUCH_RANKS[0],
-        FIRST_TOUCH_RANKS[FIRST_TOUCH_RANKS.len() - 1],
+        sizes.first().copied().unwrap_or(1),
+        sizes.last().copied().unwrap_or(2).max(2),
     );
     let (xlo, xhi) = ((first as f64).log10(), (last as f64).log10());
     let ymax = inserts.iter().fold(100.0f64, |a, i| a.max(i.2));
-    let (ylo, yhi) = (100f64.log10(), ymax.log10() + 0.1);
+    let ymin = inserts.iter().fold(ymax, |a, i| a.min(i.2)).min(100.0);
+    let (ylo, yhi) = (ymin.log10() - 0.05, ymax.log10() + 0.1);
     let x = |n: usize| left + ((n as f64).log10() - xlo) / (xhi - xlo) * width;
-    let y = |ns: f64| top + height - (ns.max(100.0).log10() - ylo) / (yhi - ylo) * height;
+    let y = |ns: f64| top + height - (ns.max(ymin).log10() - ylo) / (yhi - ylo) * height;
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"18\" font-size=\"13\">first touch: ns per new rank vs ranks already present</text>\n<text x=\"10\" y=\"32\">log-log, lower is better — {}</text>\n",
         left + width + 110.0,
         top + height + 40.0,
         xml_escape(&machine())
     );
-    for n in FIRST_TOUCH_RANKS {
+    for &n in &sizes {
         let _ = writeln!(
             s,
             "<line x1=\"{0:.1}\" x2=\"{0:.1}\" y1=\"{top}\" y2=\"{1}\" stroke=\"#ddd\"/><text x=\"{0:.1}\" y=\"{2}\" text-anchor=\"middle\">{n}</text>",
@@ -395,8 +463,8 @@ fn write_ranks_svg(path: &str, inserts: &[(String, usize, f64)]) {
         left + width / 2.0,
         top + height + 30.0
     );
-    for tick in [100.0f64, 1e3, 1e4, 1e5] {
-        if tick.log10() < yhi {
+    for tick in [10.0f64, 100.0, 1e3, 1e4, 1e5] {
+        if tick.log10() < yhi && tick.log10() > ylo {
             let _ = writeln!(
                 s,
                 "<line x1=\"{left}\" x2=\"{}\" y1=\"{1:.1}\" y2=\"{1:.1}\" stroke=\"#ddd\"/><text x=\"{2}\" y=\"{1:.1}\" text-anchor=\"end\">{tick} ns</text>",
@@ -465,36 +533,7 @@ fn main() {
     pairs_in_turn(&o);
     owner_interleaved(&o);
 
-    // first touch: one new rank into a RankLocal that already holds N ranks. The backends take
-    // turns rep by rep, so allocator and cache state drifts hit them alike.
-    let pool = arms::spare_ranks(1024 + 64);
-    let (fresh, existing) = pool.split_at(64);
-    let mut inserts = Vec::new();
-    println!(
-        "\nfirst touch (insert one new rank; mean over 64 new ranks x reps, backends interleaved)\n  {:<12} {:>10} {:>10} {:>10}",
-        "existing", "epoch ns", "arc-swap", "baseline"
-    );
-    for n in FIRST_TOUCH_RANKS {
-        eprint!("\r  first touch at {n} ranks...   ");
-        let reps = if o.dur < Duration::from_millis(100) {
-            4
-        } else {
-            16
-        };
-        let (mut e, mut a, mut b) = (0.0, 0.0, 0.0);
-        for _ in 0..reps {
-            e += arms::insert_ns::<Epoch>(&existing[..n], fresh, 1) / reps as f64;
-            a += arms::insert_ns::<ArcSwap>(&existing[..n], fresh, 1) / reps as f64;
-            b += arms::insert_ns::<Baseline>(&existing[..n], fresh, 1) / reps as f64;
-        }
-        eprint!("\r{:<40}\r", "");
-        println!("  {n:<12} {e:>10.0} {a:>10.0} {b:>10.0}");
-        inserts.extend([
-            ("epoch".to_string(), n, e),
-            ("arc-swap".to_string(), n, a),
-            ("baseline".to_string(), n, b),
-        ]);
-    }
+    let inserts = first_touch_section(&o);
 
     propagation::run(o.dur);
 

@@ -9,9 +9,11 @@
 //! explored, prints the count and asserts a lower bound, so a model that silently stops exploring
 //! (a std primitive bypassing the shim, a missing cfg) fails instead of passing green.
 //!
-//! Under loom a snapshot carries a canary (a loom cell read by every lookup and written by the
-//! snapshot's drop) and a `Track`: loom reports a snapshot freed under a reader as a causality
-//! violation, and one never freed as a leak. Instances are `Track`ed too.
+//! Under loom every trie node and version header carries a canary (a loom cell read by every
+//! lookup, written by a writer that changes the node and by its drop) and a `Track`: loom reports
+//! a node freed or changed under a reader as a causality violation, and one never freed as a
+//! leak. The trie has 2 slots per node under loom, so a few ranks build several levels.
+//! Instances are `Track`ed too.
 #![cfg(loom)]
 
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering::Relaxed as StdRelaxed};
@@ -401,7 +403,142 @@ fn m7e_iter_while_inserting_baseline() {
     );
 }
 
-/// 8. A `Rank` is dropped while a delegate on another thread acts for it (its first touch), then
+// 8–10: the persistent trie. Under loom a node has 2 slots (1 bit per level), so the ranks of
+// these models (ids 1..6) already span tries of height 1 to 3: inserts grow the trie, copy paths
+// and share subtrees. Every node and version header carries a canary (a loom cell every lookup
+// reads, a node's writer writes and its drop writes) and a `Track`.
+
+/// 8. Two writers insert ranks that grow the trie and copy overlapping paths, racing each other,
+///    while a reader is mid-walk through the version before them: the main thread's iterator has
+///    read one entry when both writes happen (one of them by the main thread itself) and reads the
+///    rest afterwards. It sees exactly its version; every replaced node is freed only once no one
+///    can read it (no causality violation), and exactly once. (A third concurrent thread makes the
+///    model too large for the preemption bound; m9 races a pinned lookup against two publishes.)
+fn two_writers_and_a_reader_mid_descent<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread(); // id 1
+    let (a, c) = (spare_rank(), spare_rank()); // ids 2, 3
+    rl.get_or(|| Inst::new(1)); // height 1
+    on_behalf_of(a, || rl.get_or(|| Inst::new(2))); // height 2
+    let mut it = rl.iter();
+    let first = it.next().map(|(r, i)| (r, i.value));
+    let writer = {
+        let rl = rl.clone();
+        // its own rank, id 4: grows the trie to height 3 (the old root becomes shared)
+        thread::spawn(move || {
+            rl.get_or(|| Inst::new(4));
+            RankId::this_thread()
+        })
+    };
+    // the second writer, racing the first: rank 3 copies the path to the leaf it shares with 2
+    on_behalf_of(c, || rl.get_or(|| Inst::new(3)));
+    let rest: Vec<(RankId, usize)> = it.map(|(r, i)| (r, i.value)).collect();
+    let w = writer.join().unwrap();
+    let seen: Vec<(RankId, usize)> = first.into_iter().chain(rest).collect();
+    assert_eq!(
+        seen,
+        vec![(me, 1), (a, 2)],
+        "the reader did not walk exactly its own version"
+    );
+    assert_eq!(rl.len(), 4, "an insert was lost");
+    assert_eq!(rl.get_for(c).map(|i| i.value), Some(3));
+    assert_eq!(rl.get_for(w).map(|i| i.value), Some(4));
+}
+
+#[test]
+fn m8_two_writers_and_a_reader_mid_descent_epoch() {
+    model(
+        "m8 two writers + reader mid-descent (epoch)",
+        10000,
+        0,
+        two_writers_and_a_reader_mid_descent::<Epoch>,
+    );
+}
+
+/// 9. Retirement of replaced nodes: a reader loads a version and descends it while a writer
+///    publishes two more versions, the second of which may free the first's replaced nodes —
+///    only once the reader can no longer be inside them.
+fn replaced_nodes_are_retired_after_readers<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread();
+    let (a, b) = (spare_rank(), spare_rank()); // ids 2, 3
+    rl.get_or(|| Inst::new(1)); // version 1
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let v = rl.get_for(me).map(|i| i.value);
+            let n = rl.len();
+            (v, n)
+        })
+    };
+    on_behalf_of(a, || rl.get_or(|| Inst::new(2))); // version 2: grows, replaces nothing
+    on_behalf_of(b, || rl.get_or(|| Inst::new(3))); // version 3: replaces version 2's path
+    let (v, n) = reader.join().unwrap();
+    assert_eq!(v, Some(1));
+    assert!((1..=3).contains(&n), "len saw a torn version: {n}");
+    outcome(if n == 1 { 1 } else { 2 }); // 1: read the first version; 2: a later one
+    assert_eq!(rl.len(), 3);
+}
+
+#[test]
+fn m9_replaced_nodes_are_retired_after_readers_epoch() {
+    model(
+        "m9 replaced nodes retired after readers (epoch)",
+        2000,
+        0b11,
+        replaced_nodes_are_retired_after_readers::<Epoch>,
+    );
+}
+
+/// 10. An iterator held across publishes: it walks exactly the snapshot it was created on while
+///     a writer publishes two versions that copy the paths it is walking (and may free nodes it
+///     does not hold); it holds a count, not a pin.
+fn held_iterator_across_publishes<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Inst, B>::new());
+    let me = RankId::this_thread();
+    let other = spare_rank();
+    let later = spare_rank();
+    rl.get_or(|| Inst::new(me.as_u64() as usize));
+    on_behalf_of(other, || rl.get_or(|| Inst::new(other.as_u64() as usize)));
+    let mut it = rl.iter();
+    let first = it.next().map(|(r, i)| (r, i.value));
+    let writer = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let r = RankId::this_thread();
+            rl.get_or(|| Inst::new(r.as_u64() as usize)); // copies the path of the held leaf
+            on_behalf_of(later, || rl.get_or(|| Inst::new(later.as_u64() as usize)));
+        })
+    };
+    let rest: Vec<(RankId, usize)> = it.map(|(r, i)| (r, i.value)).collect();
+    let n = rl.len();
+    writer.join().unwrap();
+    let mut seen: Vec<(RankId, usize)> = first.into_iter().chain(rest).collect();
+    seen.sort();
+    let mut want = vec![(me, me.as_u64() as usize), (other, other.as_u64() as usize)];
+    want.sort();
+    assert_eq!(
+        seen, want,
+        "the held iterator did not walk exactly its own snapshot"
+    );
+    outcome(if n == 2 { 1 } else { 2 }); // 1: iteration ended before any publish; 2: after
+    assert_eq!(rl.len(), 4);
+    let mut again: Vec<RankId> = rl.iter().map(|(r, _)| r).collect();
+    again.dedup();
+    assert_eq!(again.len(), 4, "a later iterator sees every rank once");
+}
+
+#[test]
+fn m10_held_iterator_across_publishes_epoch() {
+    model(
+        "m10 held iterator across publishes (epoch)",
+        450,
+        0b11,
+        held_iterator_across_publishes::<Epoch>,
+    );
+}
+
+/// 11. A `Rank` is dropped while a delegate on another thread acts for it (its first touch), then
 ///    purged. Liveness of `Rank`s is tracked under loom (their drop runs inside the model; thread
 ///    ranks are not, so the model's threads never touch their own instances). The instance made
 ///    for the rank after, before or during its drop belongs to it: one init, reachable until the
@@ -447,9 +584,9 @@ fn rank_dropped_while_a_delegate_acts<B: Backend>() {
 }
 
 #[test]
-fn m8_rank_dropped_while_a_delegate_acts_epoch() {
+fn m11_rank_dropped_while_a_delegate_acts_epoch() {
     model(
-        "m8 Rank dropped while a delegate acts, purged (epoch)",
+        "m11 Rank dropped while a delegate acts, purged (epoch)",
         120,
         0b11,
         rank_dropped_while_a_delegate_acts::<Epoch>,
@@ -457,9 +594,9 @@ fn m8_rank_dropped_while_a_delegate_acts_epoch() {
 }
 
 #[test]
-fn m8b_rank_dropped_while_a_delegate_acts_baseline() {
+fn m11b_rank_dropped_while_a_delegate_acts_baseline() {
     model(
-        "m8b Rank dropped while a delegate acts, purged (baseline)",
+        "m11b Rank dropped while a delegate acts, purged (baseline)",
         3,
         0b11,
         rank_dropped_while_a_delegate_acts::<Baseline>,

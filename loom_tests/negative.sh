@@ -11,17 +11,22 @@ export LOOM_MAX_PREEMPTIONS=2
 export RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize"
 export CARGO_TARGET_DIR="$root/target/loom-negative"
 
-# name | file | sed expression planting the bug | model expected to catch it | expected message
+# name # file # sed expression planting the bug # model expected to catch it # expected message
+# (fields separated by '#': the sed expressions contain '|')
 controls=(
-  "relaxed publish|src/backend/epoch.rs|s/map.head.store(Owned::new(new), Ordering::Release)/map.head.store(Owned::new(new), Ordering::Relaxed)/|m2_publish_while_reading_epoch|Causality violation"
-  "free instead of defer_destroy|src/backend/epoch.rs|s/unsafe { guard.defer_destroy(old) };/unsafe { drop(old.into_owned()) };/|m2_publish_while_reading_epoch|Causality violation"
-  "retired snapshot leaked|src/backend/epoch.rs|s/unsafe { guard.defer_destroy(old) };/let _ = old;/|m3_two_writers_different_ranks_epoch|leaked"
-  "C++ cache poisoning: own cache checked first|src/rank_local.rs|s/if let Some(v) = self.cached(rank) {/if let Some(v) = self.cached(identity::own_raw()) {/|m4_delegation_after_caching_own_epoch|delegated get returned the cached own instance"
-  "init does not wait for another thread's claim|src/rank_local.rs|s/None => break,/_ => break,/|m7a_first_touch_same_rank_owner_and_delegate_baseline|init ran twice"
+  "relaxed publish#src/backend/epoch.rs#s/.store(Shared::from(new.cast_const()), Ordering::Release);/.store(Shared::from(new.cast_const()), Ordering::Relaxed);/#m2_publish_while_reading_epoch#Causality violation"
+  "epoch reference released at once, not after the grace period#src/backend/epoch.rs#s/unsafe { guard.defer_unchecked(move || release(old)) };/unsafe { release(old) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
+  "epoch reference never released (version header leaked)#src/backend/epoch.rs#s/unsafe { guard.defer_unchecked(move || release(old)) };/let _ = old;/#m3_two_writers_different_ranks_epoch#leaked"
+  "replaced node freed at once, not retired#src/trie.rs#s/self.garbage.push(Garbage { node, death });/unsafe { Node::free(node) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
+  "replaced node never retired (leaked)#src/trie.rs#s/                replaced.push(n);/                let _ = n;/#m9_replaced_nodes_are_retired_after_readers_epoch#leaked"
+  "published node mutated in place (shared with a snapshot)#src/trie.rs#s/Node::birth_of(n.cast()) } == seq => n.cast(),/Node::birth_of(n.cast()) } <= seq => n.cast(),/#m10_held_iterator_across_publishes_epoch#Causality violation"
+  "iterator takes no count on its version#src/backend/epoch.rs#s/refs.fetch_add(1, Ordering::Relaxed);/let _ = refs;/#m10_held_iterator_across_publishes_epoch#Causality violation"
+  "C++ cache poisoning: own cache checked first#src/rank_local.rs#s/if let Some(v) = self.cached(rank) {/if let Some(v) = self.cached(identity::own_raw()) {/#m4_delegation_after_caching_own_epoch#delegated get returned the cached own instance"
+  "init does not wait for another thread's claim#src/rank_local.rs#s/None => break,/_ => break,/#m7a_first_touch_same_rank_owner_and_delegate_baseline#init ran twice"
 )
 failed=0
 for c in "${controls[@]}"; do
-  IFS='|' read -r name file expr model expect <<<"$c"
+  IFS='#' read -r name file expr model expect <<<"$c"
   rm -rf "$scratch/crate" && mkdir -p "$scratch/crate"
   cp -r Cargo.toml Cargo.lock src loom_tests README.md papers "$scratch/crate/"
   # benches/ is a workspace member (the criterion crate): copy its manifest and sources so the

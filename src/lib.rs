@@ -6,10 +6,10 @@
 //!   polling a future wrapped with [`OnBehalfExt::on_behalf_of`]) gets `rank`'s instance. A rank
 //!   is an OS thread or a [`Rank`], a logical rank not tied to a thread.
 //! - [`rank_local!`]: statics declared like `std::thread_local!`, with a thread-local slot each.
-//! - Backends: [`Epoch`] (default; copy-on-write snapshots reclaimed by crossbeam-epoch),
-//!   [`ArcSwap`] (the same snapshots behind `arc-swap`; feature `arc-swap`) and [`Baseline`] (the
-//!   C++ `RwLock` + `HashMap` design, for comparison). Readers on `Epoch`/`ArcSwap` never lock,
-//!   never write a shared cache line and never allocate.
+//! - Backends: [`Epoch`] (default; snapshots of a persistent radix trie, reclaimed through
+//!   crossbeam-epoch), [`ArcSwap`] (the same snapshots behind `arc-swap`; feature `arc-swap`) and
+//!   [`Baseline`] (the C++ `RwLock` + `HashMap` design, for comparison). Readers on
+//!   `Epoch`/`ArcSwap` never lock, never write a shared cache line and never allocate.
 //!
 //! ```
 //! use ranklocal::{on_behalf_of, RankId, RankLocal};
@@ -159,6 +159,7 @@ mod key;
 mod primitive;
 mod rank_local;
 mod snapshot;
+mod trie;
 
 #[cfg(all(feature = "arc-swap", not(loom)))]
 pub use crate::backend::ArcSwap;

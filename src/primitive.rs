@@ -17,17 +17,21 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard, RwLock,
 };
+
+/// Only the `ArcSwap` backend (absent under loom) needs a fence.
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::fence;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicU64, Ordering},
+    atomic::{AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard, RwLock,
 };
 
-/// Under loom only: the snapshot's reclamation canary (see `snapshot::Canary`).
+/// Under loom only: the trie's reclamation canaries (see `trie::Canary`).
 #[cfg(loom)]
 pub(crate) use loom::{alloc::Track, cell::UnsafeCell};
 

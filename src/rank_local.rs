@@ -4,7 +4,7 @@
 //! 1. **Thread cache** ([`crate::cache`]): the thread's current rank (its own, or the one it acts
 //!    for inside [`on_behalf_of`](crate::on_behalf_of)) and the `RankLocal`'s uid index a small
 //!    thread-local table. A hit returns at once: no pin, no lock, no shared write.
-//! 2. **Map** (cold): the backend's lookup (`Epoch`: pin, load the snapshot, probe). A hit fills
+//! 2. **Map** (cold): the backend's lookup (`Epoch`: pin, load the snapshot, descend its trie). A hit fills
 //!    the thread cache.
 //! 3. **First touch** (cold): the init protocol below, then publish a new snapshot.
 //!
@@ -27,9 +27,9 @@
 //! - **I2 (publication)** An instance is fully built before its pointer is published; `Epoch`
 //!   publishes with a Release store, `ArcSwap` with a SeqCst swap, `Baseline` under the write lock;
 //!   readers Acquire (load or read lock) before they dereference.
-//! - **I3 (snapshots)** A published snapshot is never mutated. Only the (serialized) writer that
-//!   replaces it retires it, exactly once, with `defer_destroy`; it is freed after every thread
-//!   pinned at its unlinking has unpinned, so a reader that loaded it under a pin can read it.
+//! - **I3 (snapshots)** A published version — its header and every trie node reachable from it — is
+//!   never mutated. Only the (serialized) writer that replaces a version retires it, exactly once;
+//!   how its header and nodes are freed is I12–I17.
 //! - **I4 (cache keys)** A thread-cache entry `(uid, rank, ptr)` holds a pointer read from the map
 //!   of the `RankLocal` whose uid is `uid`. Uids are unique in the process and never reused, and a
 //!   `RankLocal` takes a fresh uid whenever it removes an instance. So a hit for `(self.uid, rank)`
@@ -58,6 +58,35 @@
 //!   structurally pinned: it is polled only through `Pin<&mut OnBehalfOf>`, dropped in place
 //!   exactly once by `OnBehalfOf`'s drop (inside `on_behalf_of(rank)`), or moved out exactly once
 //!   by `into_inner`, which owns the unpinned wrapper and forgets it without running its drop.
+//! - **I12 (path copying)** Every trie node records the sequence number of the first version that
+//!   contained it (its *birth*). A write building version `s` mutates in place only nodes born at
+//!   `s` — nodes it created, which nobody else can see before it publishes — and copies every older
+//!   node on its path, recording the original as *replaced at `s`*. So a node born at `b` and
+//!   replaced at `d` is reachable from versions `b..d` only, and each node is replaced at most
+//!   once.
+//! - **I13 (freeing nodes)** A node is freed only by the writer, once every version in `b..d` is
+//!   dead (I14), or under exclusive access (I6). While a version is not dead, every node reachable
+//!   from it is alive.
+//! - **I14 (dead versions)** A replaced version is *dead* once no reader can be inside it and no
+//!   iterator holds it. On `Epoch` its header count is down to the writer's own reference: the
+//!   epoch reference is given up by a closure that the collector runs only after every thread
+//!   pinned at the unlinking has unpinned. On `ArcSwap` the writer's `Arc` is the last one after
+//!   the swap (arc-swap turns readers' debts into counts in the swap). Nothing can load a replaced
+//!   version, so a dead version stays dead; the writer observes it with Acquire, after every
+//!   holder's Release.
+//! - **I15 (iterators)** An iterator takes a count on its version while the version is still
+//!   protected — under a pin, before unpinning (`Epoch`), or by `load_full` (`ArcSwap`) — holds it
+//!   until dropped, and reads only that version's nodes. It holds no pin, so it keeps its own
+//!   version alive and nothing else.
+//! - **I16 (one writer)** Every write to a map — publishing a version and the bookkeeping of
+//!   replaced versions and nodes — happens under the map's writer mutex (the `RankLocal`'s claims
+//!   mutex already serializes them) or under exclusive access, so each published version's sequence
+//!   number is its predecessor's plus one and the writer knows exactly which nodes each write
+//!   replaced.
+//! - **I17 (header counts)** An `Epoch` version header counts its references: one while published
+//!   (the epoch reference, handed to the collector when the version is replaced), one for the
+//!   writer's bookkeeping, one per iterator. Whoever gives up the last one frees the header; a
+//!   holder reads the header only while it holds a reference.
 //! - **I23 (thread-cache cells)** Each thread's cache ([`crate::cache`]) is a `const`-initialized
 //!   thread-local array of `Cell`s holding plain `Copy` entries, with no destructor. Only its own
 //!   thread reads or writes it, and no reference into an entry outlives the cache function that
@@ -384,7 +413,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     /// Every `(rank, instance)`, from one consistent snapshot taken when called (ranks inserted
-    /// later are not seen). Order is unspecified. On `Epoch` the iterator keeps the thread pinned.
+    /// later are not seen). Order is unspecified (ascending rank on `Epoch` and `ArcSwap`). The
+    /// iterator keeps its own snapshot alive by a count, not by an epoch pin, so a long-lived
+    /// iterator does not stop reclamation elsewhere in the process.
     ///
     /// `&RankLocal` is `IntoIterator` too: `for (rank, v) in &rl` is `rl.iter()`.
     ///

@@ -152,14 +152,13 @@ fn live_heap_is_linear_in_ranks<B: Backend>() {
     let n = if cfg!(miri) { 64 } else { 1024 };
     let ids = ranks(n);
     let live = live_heap_after_inserts::<B>(&ids);
-    // instances (32 B each) + the final table (16 B per slot, <= 4 slots per rank) + slack for
-    // a few snapshots still in flight; the retired snapshots together are ~n^2 * 16 B.
+    // instances (32 B each) + the final trie (one 520 B leaf per 64 ranks, plus the levels
+    // above) + slack for a few versions still in flight; the nodes built and replaced along the
+    // way are ~n * height * 520 B.
     let bound = (n * 32 + n * 4 * 16) as isize * 2 + 64 * 1024;
-    let retired_total: usize = (1..=n)
-        .map(|k| (2 * k).next_power_of_two().max(8) * 16)
-        .sum();
+    let replaced_total = n * 2 * 520;
     eprintln!(
-        "{}: {n} ranks, live heap {live} B (bound {bound} B; all snapshots ever built {retired_total} B)",
+        "{}: {n} ranks, live heap {live} B (bound {bound} B; trie nodes built and replaced along the way ~{replaced_total} B)",
         B::NAME
     );
     assert!(live <= bound, "{}: live heap {live} B > {bound} B", B::NAME);
@@ -277,4 +276,71 @@ fn arc_swap_thread_churn() {
 #[test]
 fn baseline_thread_churn() {
     thread_churn::<ranklocal::Baseline>();
+}
+
+/// One iterator held (a slow monitoring loop) while 2,048 short-lived threads each first-touch
+/// their rank: the iterator keeps its own snapshot alive, but must not stop the reclamation of
+/// anything else (it holds a count on its version, not an epoch pin). Returns the peak live-heap
+/// growth in bytes.
+fn held_iterator_heap_growth<B: Backend>() -> isize {
+    const CHURN: usize = if cfg!(miri) { 16 } else { 2048 };
+    const AT_ONCE: usize = if cfg!(miri) { 4 } else { 16 };
+    let rl = RankLocal::<[u64; 4], B>::new();
+    for r in ranks(if cfg!(miri) { 8 } else { 64 }) {
+        on_behalf_of(r, || rl.get_or(|| [0; 4]));
+    }
+    let before = LIVE_BYTES.load(Ordering::SeqCst);
+    let mut held = rl.iter();
+    let first = held.next().map(|(r, _)| r);
+    let mut peak = 0isize;
+    for _ in 0..CHURN / AT_ONCE {
+        std::thread::scope(|s| {
+            for _ in 0..AT_ONCE {
+                s.spawn(|| rl.get_or(|| [1; 4]));
+            }
+        });
+        peak = peak.max(LIVE_BYTES.load(Ordering::SeqCst) - before);
+    }
+    // the held iterator still walks its own snapshot, unchanged by the inserts
+    let rest = held.count();
+    assert_eq!(
+        rest + usize::from(first.is_some()),
+        if cfg!(miri) { 8 } else { 64 }
+    );
+    assert_eq!(
+        rl.len(),
+        (if cfg!(miri) { 8 } else { 64 }) + CHURN / AT_ONCE * AT_ONCE
+    );
+    peak
+}
+
+fn held_iterator_does_not_stall_reclamation<B: Backend>() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let peak = held_iterator_heap_growth::<B>();
+    eprintln!(
+        "{}: one iterator held over 2,048 churned first touches: peak live-heap growth {peak} B ({:.2} MiB)",
+        B::NAME,
+        peak as f64 / (1 << 20) as f64
+    );
+    // the instances alone are 2,048 x 32 B; the bound is 8 MiB
+    assert!(
+        peak < 8 << 20,
+        "{}: live heap grew by {peak} B with one iterator held",
+        B::NAME
+    );
+}
+
+#[test]
+fn epoch_held_iterator_does_not_stall_reclamation() {
+    held_iterator_does_not_stall_reclamation::<Epoch>();
+}
+
+#[test]
+fn arc_swap_held_iterator_does_not_stall_reclamation() {
+    held_iterator_does_not_stall_reclamation::<ArcSwap>();
+}
+
+#[test]
+fn baseline_held_iterator_does_not_stall_reclamation() {
+    held_iterator_does_not_stall_reclamation::<ranklocal::Baseline>();
 }

@@ -1,18 +1,20 @@
-//! `ArcSwap`: the same copy-on-write snapshots as [`Epoch`](super::Epoch), published through
-//! `arc_swap::ArcSwapOption` and reclaimed by reference counting. Not available under loom
-//! (arc-swap does not support it).
+//! `ArcSwap`: the same persistent-trie versions as [`Epoch`](super::Epoch), published through
+//! `arc_swap::ArcSwapOption` and held by reference count. Not available under loom (arc-swap does
+//! not support it).
 
 use std::sync::Arc;
 
 use ::arc_swap::ArcSwapOption;
 
 use super::{Backend, Sealed};
-use crate::snapshot::{Erased, Snapshot};
+use crate::primitive::{fence, lock, Mutex, Ordering};
+use crate::snapshot::Erased;
+use crate::trie::{entries, Cursor, Held, Reclaimer, Trie, Version};
 
-/// Copy-on-write snapshots behind [`arc_swap::ArcSwapOption`](::arc_swap::ArcSwapOption).
+/// Persistent-trie snapshots behind [`arc_swap::ArcSwapOption`](::arc_swap::ArcSwapOption).
 ///
-/// Readers take arc-swap's thread-local debt slot instead of an epoch pin; the old snapshot is
-/// freed when its last `Arc` goes.
+/// Readers take arc-swap's thread-local debt slot instead of an epoch pin; a replaced version's
+/// nodes are freed by the writer once the version's last `Arc` is the writer's own.
 ///
 /// Needs the `arc-swap` feature (off by default): the backend exists for comparison with
 /// [`Epoch`](super::Epoch), and most users need not compile arc-swap.
@@ -36,58 +38,135 @@ pub struct ArcSwap;
 
 impl Sealed for ArcSwap {}
 
+impl Held for Arc<Version> {
+    fn is_dead(&self) -> bool {
+        // arc-swap's `store` pays every reader's debt on the old pointer (turns it into a
+        // strong count) before it returns, so after the swap the strong count counts every
+        // reader and iterator; only the writer's own `Arc` left means none (I14).
+        if Arc::strong_count(self) == 1 {
+            // Acquire fence after the (Relaxed) count: synchronizes with every holder's
+            // Release decrement, so their reads of the nodes happen before the writer frees.
+            fence(Ordering::Acquire);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The published version and the writer's bookkeeping.
+#[doc(hidden)]
+pub struct ArcSwapMap {
+    head: ArcSwapOption<Version>,
+    writer: Mutex<Reclaimer<Arc<Version>>>,
+}
+
+impl ArcSwapMap {
+    /// Unpublishes the current version and frees every replaced node; returns the trie it held.
+    ///
+    /// # Safety
+    /// No reader or iterator of this map exists (I6).
+    unsafe fn free_everything(&mut self) -> Option<Trie> {
+        let w = self
+            .writer
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: exclusive access (I6).
+        unsafe { w.free_all() };
+        self.head.swap(None).map(|v| v.trie)
+    }
+}
+
+impl Drop for ArcSwapMap {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self` — no reader or iterator exists (I6).
+        if let Some(trie) = unsafe { self.free_everything() } {
+            // SAFETY: exclusive access (I6); no other live version shares its nodes (I13).
+            unsafe { trie.free_all() };
+        }
+    }
+}
+
 #[doc(hidden)]
 pub struct ArcSwapIter {
-    snap: Option<Arc<Snapshot>>,
-    pos: usize,
+    snap: Option<Arc<Version>>,
+    cursor: Cursor,
 }
 
 impl Iterator for ArcSwapIter {
     type Item = (u64, Erased);
     #[inline]
     fn next(&mut self) -> Option<(u64, Erased)> {
-        self.snap.as_ref()?.next_entry(&mut self.pos)
+        // SAFETY: the `Arc` keeps the version from being dead, so its nodes are alive (I13,
+        // I14, I15); the cursor was only used with it.
+        unsafe { self.snap.as_ref()?.next_entry(&mut self.cursor) }
     }
 }
 
 impl Backend for ArcSwap {
     const NAME: &'static str = "arc-swap";
     const CACHES_DELEGATED: bool = true;
-    type Map = ArcSwapOption<Snapshot>;
+    type Map = ArcSwapMap;
     type Iter<'a> = ArcSwapIter;
 
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
-    const EMPTY: ArcSwapOption<Snapshot> = ArcSwapOption::const_empty();
+    const EMPTY: ArcSwapMap = ArcSwapMap {
+        head: ArcSwapOption::const_empty(),
+        writer: Mutex::new(Reclaimer::NEW),
+    };
 
     #[inline]
-    fn get(map: &Self::Map, rank: u64) -> Option<Erased> {
-        map.load().as_ref()?.get(rank)
+    fn get(map: &ArcSwapMap, rank: u64) -> Option<Erased> {
+        let guard = map.head.load();
+        // SAFETY: the guard keeps the version from being dead while we descend (I14), so its
+        // nodes are alive (I13); published versions are immutable (I3, I12).
+        unsafe { guard.as_ref()?.get(rank) }
     }
 
-    fn insert(map: &Self::Map, rank: u64, ptr: Erased) {
-        // Writers are serialized by the caller, so load-then-store loses no update.
-        let old = map.load_full();
-        let new = Snapshot::with_added(old.as_deref(), rank, ptr);
-        map.store(Some(Arc::new(new)));
-    }
-
-    fn len(map: &Self::Map) -> usize {
-        map.load().as_ref().map_or(0, |s| s.len())
-    }
-
-    fn iter(map: &Self::Map) -> ArcSwapIter {
-        ArcSwapIter {
-            snap: map.load_full(),
-            pos: 0,
+    fn insert(map: &ArcSwapMap, rank: u64, ptr: Erased) {
+        let mut w = lock(&map.writer);
+        w.replaced.clear(); // only a write that panicked midway could have left entries
+        let old = map.head.load_full();
+        let (mut trie, seq) = old.as_ref().map_or((Trie::EMPTY, 0), |o| (o.trie, o.seq));
+        // SAFETY: `old` is held, so its nodes are alive (I13); no node is born at `seq + 1`
+        // yet, so the nodes this write creates are private until the store (I12, I16).
+        let prev = unsafe { trie.insert(rank, ptr, seq + 1, &mut w.replaced) };
+        debug_assert!(prev.is_none(), "rank inserted twice");
+        // SeqCst (arc-swap's): publishes the new version, its nodes and the instance (I2).
+        map.head.store(Some(Arc::new(Version::new(trie, seq + 1))));
+        if let Some(old) = old {
+            // SAFETY: version `seq` was just replaced; `w.replaced` holds exactly its nodes that
+            // the new version lacks (I12); the writer's `Arc` tells when it is dead (I14).
+            unsafe { w.retire(seq, old) };
         }
     }
 
-    fn retain(map: &mut Self::Map, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
-        let Some(old) = map.load_full() else {
+    fn len(map: &ArcSwapMap) -> usize {
+        map.head.load().as_ref().map_or(0, |v| v.len())
+    }
+
+    fn iter(map: &ArcSwapMap) -> ArcSwapIter {
+        ArcSwapIter {
+            snap: map.head.load_full(),
+            cursor: Cursor::START,
+        }
+    }
+
+    fn retain(map: &mut ArcSwapMap, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
+        let seq = map.head.load().as_ref().map_or(0, |v| v.seq);
+        // SAFETY: `&mut` — no reader or iterator exists (I6).
+        let Some(old) = (unsafe { map.free_everything() }) else {
             return Vec::new();
         };
-        let (kept, removed) = old.partition(keep);
-        map.store((kept.len() > 0).then(|| Arc::new(kept)));
+        // SAFETY: the published trie's nodes are alive: only replaced nodes were freed (I13).
+        let (kept, removed): (Vec<_>, Vec<_>) =
+            unsafe { entries(&old) }.partition(|&(k, _)| keep(k));
+        // SAFETY: exclusive access (I6); no live version shares these nodes any more.
+        unsafe { old.free_all() };
+        if !kept.is_empty() {
+            let trie = Trie::from_entries(kept, seq + 1);
+            map.head.store(Some(Arc::new(Version::new(trie, seq + 1))));
+        }
         removed
     }
 }

@@ -1,24 +1,34 @@
-//! `Epoch` (the default): copy-on-write snapshots behind a crossbeam-epoch `Atomic`.
+//! `Epoch` (the default): versions of a persistent radix trie ([`crate::trie`]) behind a
+//! crossbeam-epoch `Atomic`.
 //!
-//! - Read: pin, `load(Acquire)`, probe. A pin writes only this thread's own epoch slot, never a
-//!   line other readers write.
-//! - Publish (one writer at a time, serialized by the `RankLocal`): build the new snapshot,
-//!   `store(Release)`, `defer_destroy` the old one, `flush` so the garbage does not sit in this
-//!   thread's local bag.
-//! - Exclusive access (`&mut`): no reader can exist, so snapshots are replaced and freed at once.
+//! - Read: pin, `load(Acquire)` the current version, descend the trie (2 levels up to 4,095
+//!   ranks, 3 up to 262,143). A pin writes only this thread's own epoch slot.
+//! - Publish (one writer at a time: the `RankLocal` serializes them, and the map's own writer
+//!   mutex makes that a local fact): path-copy the trie (O(log n) nodes), `store(Release)` a new
+//!   version header, and hand the old header's *epoch reference* to the collector
+//!   (`defer_unchecked`), which releases it once every thread pinned at the unlinking has
+//!   unpinned. The replaced nodes go to the writer's [`Reclaimer`], which frees each once every
+//!   version containing it is dead (I13, I14).
+//! - Iterate: under a short pin, load the version and take a count on its header (I15); the
+//!   iterator then holds that one version, not the epoch: it does not stall reclamation of
+//!   anything else in the process.
+//! - Exclusive access (`&mut`): no reader can exist, so everything is freed at once.
 
-use core::sync::atomic::Ordering;
+use core::marker::PhantomData;
+use core::ptr::NonNull;
 
-use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use crossbeam_epoch::{self as epoch, Atomic, Shared};
 
 use super::{Backend, Sealed};
-use crate::snapshot::{Erased, Snapshot};
+use crate::primitive::{lock, AtomicUsize, Mutex, Ordering};
+use crate::snapshot::Erased;
+use crate::trie::{entries, Cursor, Held, Reclaimer, Trie, Version};
 
-/// Copy-on-write snapshots reclaimed by crossbeam-epoch (the default backend).
+/// Persistent-trie snapshots reclaimed through crossbeam-epoch (the default backend).
 ///
-/// Readers pin the epoch (a thread-local write), load the current snapshot and probe it; they
-/// never lock, never write a shared cache line and never allocate. A first touch copies the
-/// snapshot with one more entry and retires the old one to the epoch collector.
+/// Readers pin the epoch (a thread-local write), load the current version and descend its trie;
+/// they never lock, never write a shared cache line and never allocate. A first touch copies the
+/// O(log n) nodes on the new rank's path and retires only the nodes it replaced.
 ///
 /// ```
 /// use ranklocal::{Epoch, RankLocal};
@@ -33,33 +43,107 @@ pub struct Epoch;
 
 impl Sealed for Epoch {}
 
-/// The published snapshot; null while the map is empty.
+/// A published version and its reference count.
+struct EpochVersion {
+    v: Version,
+    /// References (I17): one for being published (the *epoch reference*, released by the
+    /// collector after the version is replaced), one for the writer's bookkeeping, one per
+    /// iterator holding it.
+    refs: AtomicUsize,
+}
+
+/// Drops one reference to `v`; the last one frees the header (I17).
+///
+/// # Safety
+/// The caller owns one of `v`'s references and gives it up.
+unsafe fn release(v: NonNull<EpochVersion>) {
+    // SAFETY: the caller's reference keeps the header alive until this decrement (I17).
+    let refs = unsafe { &v.as_ref().refs };
+    // AcqRel: Release so that this holder's reads of the version happen before the free;
+    // Acquire so that the last holder's free happens after every other holder's reads.
+    if refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // SAFETY: that was the last reference: no one else can reach the header (I17); it was
+        // allocated by `Box` in `insert`/`retain`.
+        drop(unsafe { Box::from_raw(v.as_ptr()) });
+    }
+}
+
+/// The writer's reference to a replaced version ([`Held`]).
+struct VersionRef(NonNull<EpochVersion>);
+
+// SAFETY: a counted reference to an immutable header (I3, I17); releasing it from any thread is
+// what the count is for.
+unsafe impl Send for VersionRef {}
+
+impl Held for VersionRef {
+    fn is_dead(&self) -> bool {
+        // SAFETY: this reference keeps the header alive (I17).
+        let refs = unsafe { &self.0.as_ref().refs };
+        // Acquire: synchronizes with the collector's release of the epoch reference (after every
+        // reader pinned at the unlinking unpinned) and with every iterator's release, so their
+        // reads of the version's nodes happen before the writer frees them (I14).
+        refs.load(Ordering::Acquire) == 1
+    }
+}
+
+impl Drop for VersionRef {
+    fn drop(&mut self) {
+        // SAFETY: gives up the writer's reference, owned by `self` (I17).
+        unsafe { release(self.0) };
+    }
+}
+
+/// The published version (null while the map is empty) and the writer's bookkeeping.
 #[doc(hidden)]
 pub struct EpochMap {
-    head: Atomic<Snapshot>,
+    head: Atomic<EpochVersion>,
+    writer: Mutex<Reclaimer<VersionRef>>,
+}
+
+impl EpochMap {
+    /// Frees the published version and every replaced node (exclusive access).
+    ///
+    /// # Safety
+    /// No reader or iterator of this map exists (I6).
+    unsafe fn free_everything(&mut self) -> Option<Trie> {
+        let w = self
+            .writer
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: exclusive access (I6): no version of this map can be read any more.
+        unsafe { w.free_all() };
+        // SAFETY: exclusive access (I6); `unprotected` is enough without concurrent readers.
+        let head = unsafe {
+            // Relaxed: `&mut self` was handed over with a happens-before edge already.
+            let h = self.head.load(Ordering::Relaxed, epoch::unprotected());
+            self.head.store(Shared::null(), Ordering::Relaxed);
+            h
+        };
+        let head = NonNull::new(head.as_raw().cast_mut())?;
+        // SAFETY: the published header holds its epoch reference and the writer's (I17), both
+        // ours under exclusive access, and no iterator exists (I6): freeing it frees it once.
+        let v = unsafe { Box::from_raw(head.as_ptr()) };
+        Some(v.v.trie)
+    }
 }
 
 impl Drop for EpochMap {
     fn drop(&mut self) {
-        // SAFETY: `&mut self` — no reader holds or can load `head` (I6), and retired snapshots
-        // are never `head` (I3), so freeing it now frees it exactly once.
-        unsafe {
-            // Relaxed: `&mut self` was handed over with a happens-before edge already.
-            let head = self.head.load(Ordering::Relaxed, epoch::unprotected());
-            if !head.is_null() {
-                drop(head.into_owned());
-            }
+        // SAFETY: `&mut self` — no reader or iterator exists (I6).
+        if let Some(trie) = unsafe { self.free_everything() } {
+            // SAFETY: exclusive access (I6); the published trie's nodes are reachable from no
+            // other live version (the replaced ones were freed above, I13).
+            unsafe { trie.free_all() };
         }
     }
 }
 
-/// Iterates one snapshot, kept alive by the pin it owns.
+/// Iterates one version, kept alive by the count it holds (not by a pin).
 #[doc(hidden)]
 pub struct EpochIter<'a> {
-    // Field order: `snap` is only dereferenced while `_guard` is alive (it is dropped last).
-    snap: Shared<'a, Snapshot>,
-    pos: usize,
-    _guard: Guard,
+    version: Option<NonNull<EpochVersion>>,
+    cursor: Cursor,
+    _map: PhantomData<&'a EpochMap>,
 }
 
 impl Iterator for EpochIter<'_> {
@@ -67,11 +151,20 @@ impl Iterator for EpochIter<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<(u64, Erased)> {
-        // SAFETY: `snap` was loaded (Acquire) from `head` while `_guard` was pinned, and the
-        // guard is still pinned: a snapshot retired after that load is only freed once this pin
-        // ends (I3). Snapshots are immutable once published (I3), so sharing is fine.
-        let snap = unsafe { self.snap.as_ref() }?;
-        snap.next_entry(&mut self.pos)
+        // SAFETY: the iterator holds a reference to this version (I15), so the header is alive
+        // (I17) and the version is not dead, so its nodes are alive (I13, I14).
+        let v = unsafe { self.version?.as_ref() };
+        // SAFETY: as above; the cursor was only used with this version (I15).
+        unsafe { v.v.next_entry(&mut self.cursor) }
+    }
+}
+
+impl Drop for EpochIter<'_> {
+    fn drop(&mut self) {
+        if let Some(v) = self.version {
+            // SAFETY: gives up the reference `iter` took (I15, I17).
+            unsafe { release(v) };
+        }
     }
 }
 
@@ -85,85 +178,125 @@ impl Backend for Epoch {
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
     const EMPTY: EpochMap = EpochMap {
         head: Atomic::null(),
+        writer: Mutex::new(Reclaimer::NEW),
     };
 
     #[cfg(loom)]
     fn empty() -> EpochMap {
         EpochMap {
             head: Atomic::null(),
+            writer: Mutex::new(Reclaimer::NEW),
         }
     }
 
     #[inline]
     fn get(map: &EpochMap, rank: u64) -> Option<Erased> {
         let guard = epoch::pin();
-        // Acquire: pairs with the writer's Release store, so the snapshot's slots and the
-        // instance they point to (initialized before publication, I2) are visible.
-        let snap = map.head.load(Ordering::Acquire, &guard);
-        // SAFETY: loaded under `guard`; a retired snapshot outlives every pin that could have
-        // loaded it (I3), and published snapshots are immutable (I3).
-        unsafe { snap.as_ref() }?.get(rank)
+        // Acquire: pairs with the writer's Release store, so the version, its nodes and the
+        // instances they point to (initialized before publication, I2) are visible.
+        let v = map.head.load(Ordering::Acquire, &guard);
+        // SAFETY: loaded under `guard`: the epoch reference is released only after this pin
+        // ends (I14), so the header is alive (I17) and the version not dead, so its nodes are
+        // alive (I13); published versions are immutable (I3, I12).
+        unsafe { v.as_ref()?.v.get(rank) }
     }
 
     fn insert(map: &EpochMap, rank: u64, ptr: Erased) {
+        let mut w = lock(&map.writer);
+        w.replaced.clear(); // only a write that panicked midway could have left entries
         let guard = epoch::pin();
-        // Relaxed would do (writers are serialized by a mutex, which orders them), Acquire
-        // keeps the reasoning local: we read the slots of the snapshot we copy.
+        // Relaxed would do (writers are serialized by the writer mutex, which orders them),
+        // Acquire keeps the reasoning local: we read the nodes we copy.
         let old = map.head.load(Ordering::Acquire, &guard);
-        // SAFETY: loaded under `guard` (I3); only this (serialized) writer can retire it.
-        let new = Snapshot::with_added(unsafe { old.as_ref() }, rank, ptr);
-        // Release: publishes the new snapshot's slots and the instance behind `ptr` (I2).
-        map.head.store(Owned::new(new), Ordering::Release);
-        if !old.is_null() {
-            // SAFETY: `old` is unlinked (`head` no longer points to it and no writer can
-            // re-publish it), so no reader can load it any more; readers that loaded it before
-            // are pinned and the collector waits for them (I3). Retired exactly once: only the
-            // writer that replaced it retires it.
-            unsafe { guard.defer_destroy(old) };
+        // SAFETY: loaded under `guard` (I14, I17); only this (serialized) writer replaces it.
+        let (mut trie, seq) =
+            unsafe { old.as_ref() }.map_or((Trie::EMPTY, 0), |o| (o.v.trie, o.v.seq));
+        let new_seq = seq + 1;
+        // SAFETY: the current version's nodes are alive (I13); no node is born at `new_seq` yet
+        // (every published node is born at `seq` or earlier), so the nodes this write creates
+        // are private to it until the store below (I12, I16).
+        let prev = unsafe { trie.insert(rank, ptr, new_seq, &mut w.replaced) };
+        debug_assert!(prev.is_none(), "rank inserted twice");
+        let new = Box::into_raw(Box::new(EpochVersion {
+            v: Version::new(trie, new_seq),
+            refs: AtomicUsize::new(2), // published + the writer's (I17)
+        }));
+        // Release: publishes the new header, its nodes and the instance behind `ptr` (I2).
+        map.head
+            .store(Shared::from(new.cast_const()), Ordering::Release);
+        if let Some(old) = NonNull::new(old.as_raw().cast_mut()) {
+            // SAFETY: `old` is unlinked: `head` no longer points to it and nothing can re-publish
+            // it, so only threads pinned now can hold it; the collector runs the closure after
+            // they all unpinned (I14). The closure owns the epoch reference and gives it up
+            // (I17); it touches only the header, which that reference keeps alive.
+            unsafe { guard.defer_unchecked(move || release(old)) };
+            // SAFETY: version `seq` was just replaced by `new_seq`; `w.replaced` holds exactly
+            // the nodes of it that the new version lacks (I12); `VersionRef` is the writer's
+            // reference and tells when it is dead (I14).
+            unsafe { w.retire(seq, VersionRef(old)) };
         }
-        // Do not strand the retired snapshot in this thread's bag: a thread that inserts once
+        // Do not strand the epoch reference in this thread's bag: a thread that inserts once
         // and then only reads would otherwise never hand it to the global queue.
         guard.flush();
     }
 
     fn len(map: &EpochMap) -> usize {
         let guard = epoch::pin();
-        let snap = map.head.load(Ordering::Acquire, &guard);
-        // SAFETY: loaded under `guard` (I3).
-        unsafe { snap.as_ref() }.map_or(0, Snapshot::len)
+        let v = map.head.load(Ordering::Acquire, &guard);
+        // SAFETY: loaded under `guard` (I14, I17).
+        unsafe { v.as_ref() }.map_or(0, |v| v.v.len())
     }
 
     fn iter(map: &EpochMap) -> EpochIter<'_> {
         let guard = epoch::pin();
-        let snap = map.head.load(Ordering::Acquire, &guard);
-        // Re-borrow the pointer for the map's lifetime: it is only dereferenced in `next`, while
-        // `guard`, moved into the iterator, is still pinned (I3).
-        let snap = Shared::from(snap.as_raw());
+        let v = map.head.load(Ordering::Acquire, &guard);
+        let version = NonNull::new(v.as_raw().cast_mut());
+        if let Some(v) = version {
+            // SAFETY: loaded under `guard`: the epoch reference is still held (I14), so the
+            // header is alive (I17).
+            let refs = unsafe { &v.as_ref().refs };
+            // Relaxed, as `Arc::clone`: the epoch reference keeps the count above zero; this
+            // increment is sequenced before our unpin, which happens before the collector
+            // releases the epoch reference, so the writer cannot see the version dead while we
+            // hold it (I15).
+            refs.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(guard); // the iterator holds its version by count, not by pin (I15)
         EpochIter {
-            snap,
-            pos: 0,
-            _guard: guard,
+            version,
+            cursor: Cursor::START,
+            _map: PhantomData,
         }
     }
 
     fn retain(map: &mut EpochMap, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
-        // SAFETY: `&mut` — no reader exists (I6); the current snapshot is freed right here, once.
-        unsafe {
-            let guard = epoch::unprotected();
-            // Relaxed (load and store): exclusive access, ordered by whatever gave us `&mut`.
-            let old = map.head.load(Ordering::Relaxed, guard);
-            let Some(snap) = old.as_ref() else {
-                return Vec::new();
-            };
-            let (kept, removed) = snap.partition(keep);
-            let new = if kept.len() == 0 {
-                Shared::null()
-            } else {
-                Owned::new(kept).into_shared(guard)
-            };
-            map.head.store(new, Ordering::Relaxed);
-            drop(old.into_owned());
-            removed
+        // Relaxed: exclusive access, ordered by whatever gave us `&mut`.
+        // SAFETY: `&mut` — no reader exists (I6).
+        let head = unsafe { map.head.load(Ordering::Relaxed, epoch::unprotected()) };
+        // SAFETY: exclusive access (I6): the published version is alive.
+        let Some(seq) = (unsafe { head.as_ref() }).map(|v| v.v.seq) else {
+            return Vec::new();
+        };
+        // SAFETY: `&mut` — no reader or iterator exists (I6).
+        let Some(old) = (unsafe { map.free_everything() }) else {
+            return Vec::new();
+        };
+        // SAFETY: the published trie's nodes are still alive: `free_everything` freed only the
+        // replaced ones and the header (I13).
+        let (kept, removed): (Vec<_>, Vec<_>) =
+            unsafe { entries(&old) }.partition(|&(k, _)| keep(k));
+        // SAFETY: exclusive access (I6); no other live version shares these nodes any more.
+        unsafe { old.free_all() };
+        if !kept.is_empty() {
+            let trie = Trie::from_entries(kept, seq + 1);
+            let new = Box::into_raw(Box::new(EpochVersion {
+                v: Version::new(trie, seq + 1),
+                refs: AtomicUsize::new(2), // published + the writer's (I17)
+            }));
+            // Relaxed: exclusive access; whatever ends `&mut` orders it for later readers.
+            map.head
+                .store(Shared::from(new.cast_const()), Ordering::Relaxed);
         }
+        removed
     }
 }

@@ -5,8 +5,8 @@
 //!
 //! | backend | read (`get` on a cache miss) | publish (first touch) | reclamation |
 //! |---|---|---|---|
-//! | [`Epoch`] (default) | pin, load snapshot, probe | copy snapshot + 1, store, `defer_destroy` old | crossbeam-epoch |
-//! | [`ArcSwap`] | `arc_swap` load (debt slot), probe | copy snapshot + 1, store | `Arc` refcount |
+//! | [`Epoch`] (default) | pin, load version, descend the trie | path-copy O(log n) nodes, store, defer the old version's epoch reference | epoch + the writer frees replaced nodes once their versions are dead |
+//! | [`ArcSwap`] | `arc_swap` load (debt slot), descend the trie | path-copy O(log n) nodes, store | `Arc` count on versions + the writer frees replaced nodes |
 //! | [`Baseline`] | read lock, `HashMap` probe | write lock, insert | none needed |
 //!
 //! Writers are serialized by the `RankLocal` (its init lock), so a backend's `insert` never races
