@@ -129,10 +129,12 @@
 
 /// # The epoch `Iter` is not `Send`
 ///
-/// Today `Epoch`'s iterator keeps the thread pinned (an epoch `Guard`, which is `!Send`), so the
-/// iterator must not move to another thread. Kept in its own block: if iteration stops pinning,
-/// this test (and only this one) is to be revisited. The twin is the `Baseline` iterator, which
-/// owns a copy of the entries and is `Send`.
+/// `Epoch`'s iterator used to keep the thread pinned (an epoch `Guard`, which is `!Send`). Since
+/// the trie (issue 11) it holds no pin but a count on its version header, through a raw pointer, so
+/// it is still `!Send` by default; nothing relies on that now (releasing the count is an atomic
+/// decrement that any thread may do), so making it `Send` when `T: Sync` would be sound, and this
+/// block (only this one) is where that decision is pinned. The twin is the `Baseline` iterator,
+/// which owns a copy of the entries and is `Send`.
 ///
 /// ```compile_fail,E0277
 /// fn assert_send<T: Send>(_: T) {}
