@@ -316,7 +316,7 @@ fn m5_iter_while_inserting_epoch() {
 ///    the caching thread sees nothing of the old one through the new one.
 fn drop_after_cached_then_rebuild<B: Backend>() {
     let old = Arc::new(RankLocal::<Inst, B>::new());
-    let next: Arc<Mutex<Option<Arc<RankLocal<Inst, B>>>>> = Arc::new(Mutex::new(None));
+    let next = Arc::new(Mutex::new(None::<Arc<RankLocal<Inst, B>>>));
     let t = {
         let (old, next) = (old.clone(), next.clone());
         thread::spawn(move || {
@@ -539,11 +539,11 @@ fn m10_held_iterator_across_publishes_epoch() {
 }
 
 /// 11. A `Rank` is dropped while a delegate on another thread acts for it (its first touch), then
-///    purged. Liveness of `Rank`s is tracked under loom (their drop runs inside the model; thread
-///    ranks are not, so the model's threads never touch their own instances). The instance made
-///    for the rank after, before or during its drop belongs to it: one init, reachable until the
-///    purge, dropped by the purge exactly once (its `Track` catches a leak or a double drop); a live
-///    `Rank`'s instance survives the purge.
+///     purged. Liveness of `Rank`s is tracked under loom (their drop runs inside the model; thread
+///     ranks are not, so the model's threads never touch their own instances). The instance made
+///     for the rank after, before or during its drop belongs to it: one init, reachable until the
+///     purge, dropped by the purge exactly once (its `Track` catches a leak or a double drop); a live
+///     `Rank`'s instance survives the purge.
 fn rank_dropped_while_a_delegate_acts<B: Backend>() {
     let rl = Arc::new(RankLocal::<Inst, B>::new());
     let kept = Rank::new();
