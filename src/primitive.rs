@@ -56,6 +56,22 @@ macro_rules! global {
 }
 pub(crate) use global;
 
+/// Declares a process-wide global built on first use: a `std::sync::LazyLock` in normal builds, a
+/// `loom::lazy_static!` under loom (reset per execution).
+macro_rules! lazy_global {
+    ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
+        #[cfg(not(loom))]
+        $(#[$attr])*
+        static $name: std::sync::LazyLock<$ty> = std::sync::LazyLock::new(|| $init);
+        #[cfg(loom)]
+        loom::lazy_static! {
+            $(#[$attr])*
+            static ref $name: $ty = $init;
+        }
+    };
+}
+pub(crate) use lazy_global;
+
 /// Declares a thread-local with a `const` initializer in normal builds (no lazy-init branch and,
 /// for types without drop glue, no destructor: it stays readable during thread teardown) and a
 /// loom thread-local under loom.

@@ -87,6 +87,11 @@
 //!   (the epoch reference, handed to the collector when the version is replaced), one for the
 //!   writer's bookkeeping, one per iterator. Whoever gives up the last one frees the header; a
 //!   holder reads the header only while it holds a reference.
+//! - **I18 (the crate's collector)** Every pin of the `Epoch` backend is of the crate's own
+//!   crossbeam-epoch `Collector`, never of crossbeam's process-wide default one, and the only
+//!   closures deferred to it release version headers (I17) and run no user code. So a pin or a
+//!   flush made while the writer holds the claims or writer mutex never runs user code that
+//!   could re-enter the `RankLocal` and deadlock.
 //! - **I23 (thread-cache cells)** Each thread's cache ([`crate::cache`]) is a `const`-initialized
 //!   thread-local array of `Cell`s holding plain `Copy` entries, with no destructor. Only its own
 //!   thread reads or writes it, and no reference into an entry outlives the cache function that

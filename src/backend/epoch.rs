@@ -13,16 +13,46 @@
 //!   iterator then holds that one version, not the epoch: it does not stall reclamation of
 //!   anything else in the process.
 //! - Exclusive access (`&mut`): no reader can exist, so everything is freed at once.
+//!
+//! # The crate's own collector
+//! Every pin here is of [`COLLECTOR`], a crossbeam-epoch `Collector` of this crate's own, not of
+//! crossbeam's process-wide default one. Pinning or flushing may run deferred closures on the
+//! pinning thread; with the default collector those include closures any other crate deferred,
+//! and one that first-touched a `RankLocal` would run *inside* its writer, which holds the claims
+//! mutex, and deadlock (found in review; `tests/deferred.rs`). Our collector only ever runs the
+//! closures below, which release a version header and run no user code (I18). A side effect: a
+//! thread pinned forever on crossbeam's default collector (another crate's long-held guard) no
+//! longer stops this crate's reclamation.
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crossbeam_epoch::{self as epoch, Atomic, Shared};
+use crossbeam_epoch::{self as epoch, Atomic, Collector, Guard, LocalHandle, Shared};
 
 use super::{Backend, Sealed};
-use crate::primitive::{lock, AtomicUsize, Mutex, Ordering};
+use crate::primitive::{lazy_global, lock, tls, AtomicUsize, Mutex, Ordering};
 use crate::snapshot::Erased;
 use crate::trie::{entries, Cursor, Held, Reclaimer, Trie, Version};
+
+lazy_global! {
+    /// The crate's own epoch collector (see the module docs): only this module defers closures
+    /// to it, and they run no user code (I18).
+    static COLLECTOR: Collector = Collector::new();
+}
+
+tls! {
+    /// This thread's handle on [`COLLECTOR`], registered on first use.
+    static HANDLE: LocalHandle = COLLECTOR.register();
+}
+
+/// Pins this thread on the crate's collector. During thread teardown, once `HANDLE` is gone, a
+/// temporary handle is registered for the pin (as crossbeam's own `epoch::pin` does).
+#[inline]
+fn pin() -> Guard {
+    HANDLE
+        .try_with(LocalHandle::pin)
+        .unwrap_or_else(|_| COLLECTOR.register().pin())
+}
 
 /// Persistent-trie snapshots reclaimed through crossbeam-epoch (the default backend).
 ///
@@ -191,7 +221,7 @@ impl Backend for Epoch {
 
     #[inline]
     fn get(map: &EpochMap, rank: u64) -> Option<Erased> {
-        let guard = epoch::pin();
+        let guard = pin();
         // Acquire: pairs with the writer's Release store, so the version, its nodes and the
         // instances they point to (initialized before publication, I2) are visible.
         let v = map.head.load(Ordering::Acquire, &guard);
@@ -204,7 +234,7 @@ impl Backend for Epoch {
     fn insert(map: &EpochMap, rank: u64, ptr: Erased) {
         let mut w = lock(&map.writer);
         w.replaced.clear(); // only a write that panicked midway could have left entries
-        let guard = epoch::pin();
+        let guard = pin();
         // Relaxed would do (writers are serialized by the writer mutex, which orders them),
         // Acquire keeps the reasoning local: we read the nodes we copy.
         let old = map.head.load(Ordering::Acquire, &guard);
@@ -228,7 +258,8 @@ impl Backend for Epoch {
             // SAFETY: `old` is unlinked: `head` no longer points to it and nothing can re-publish
             // it, so only threads pinned now can hold it; the collector runs the closure after
             // they all unpinned (I14). The closure owns the epoch reference and gives it up
-            // (I17); it touches only the header, which that reference keeps alive.
+            // (I17); it touches only the header, which that reference keeps alive, and runs no
+            // user code, so running it inside any pin or flush of our collector is harmless (I18).
             unsafe { guard.defer_unchecked(move || release(old)) };
             // SAFETY: version `seq` was just replaced by `new_seq`; `w.replaced` holds exactly
             // the nodes of it that the new version lacks (I12); `VersionRef` is the writer's
@@ -241,14 +272,14 @@ impl Backend for Epoch {
     }
 
     fn len(map: &EpochMap) -> usize {
-        let guard = epoch::pin();
+        let guard = pin();
         let v = map.head.load(Ordering::Acquire, &guard);
         // SAFETY: loaded under `guard` (I14, I17).
         unsafe { v.as_ref() }.map_or(0, |v| v.v.len())
     }
 
     fn iter(map: &EpochMap) -> EpochIter<'_> {
-        let guard = epoch::pin();
+        let guard = pin();
         let v = map.head.load(Ordering::Acquire, &guard);
         let version = NonNull::new(v.as_raw().cast_mut());
         if let Some(v) = version {
