@@ -21,8 +21,8 @@ pub(crate) use std::sync::{
     Condvar, Mutex, MutexGuard, RwLock,
 };
 
-/// Only the `ArcSwap` backend (absent under loom) needs a fence.
-#[cfg(not(loom))]
+/// Only the `ArcSwap` backend (feature `arc-swap`, absent under loom) needs a fence.
+#[cfg(all(not(loom), feature = "arc-swap"))]
 pub(crate) use std::sync::atomic::fence;
 
 #[cfg(loom)]

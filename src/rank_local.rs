@@ -729,7 +729,8 @@ impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for RankLocal<T, B> {
 /// *Covariant* in `T` (like `core::slice::Iter`): it only hands out `&'a T`s of instances that
 /// already exist and can insert nothing, so reading a `&'a &'static str` as a `&'a &'short str`
 /// is a plain subtyping of what it yields (I9). It borrows the `RankLocal` for `'a`. `Send` only
-/// if the backend's iterator is: the `Epoch` one holds an epoch pin, which is `!Send`.
+/// if the backend's iterator is: the `Epoch` one holds a raw pointer to its version header (a
+/// count, not a pin, I15), so it is `!Send` (see `compile_fail_tests`).
 ///
 /// ```
 /// use ranklocal::{Iter, RankId, RankLocal};

@@ -290,7 +290,12 @@ impl Backend for Epoch {
             // increment is sequenced before our unpin, which happens before the collector
             // releases the epoch reference, so the writer cannot see the version dead while we
             // hold it (I15).
-            refs.fetch_add(1, Ordering::Relaxed);
+            let before = refs.fetch_add(1, Ordering::Relaxed);
+            // As `Arc`: a count that could wrap (2^63 leaked iterators on 64-bit, 2^31 on 32-bit)
+            // would free a header in use; abort long before that.
+            if before > isize::MAX as usize {
+                std::process::abort();
+            }
         }
         drop(guard); // the iterator holds its version by count, not by pin (I15)
         EpochIter {
