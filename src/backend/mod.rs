@@ -88,6 +88,11 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn insert(map: &Self::Map, rank: u64, ptr: Erased);
 
+    /// Unpublishes `rank`'s entry and returns it (the instance itself is not freed). Callers
+    /// serialize it with every `insert` (the claims mutex, I16); readers may race it.
+    #[doc(hidden)]
+    fn remove(map: &Self::Map, rank: u64) -> Option<Erased>;
+
     /// Number of entries.
     #[doc(hidden)]
     fn len(map: &Self::Map) -> usize;
