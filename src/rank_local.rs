@@ -138,7 +138,9 @@ use crossbeam_epoch as epoch;
 use crate::backend::{Backend, Epoch};
 use crate::cache;
 use crate::identity::{self, RankId};
-use crate::primitive::{global, lock, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::primitive::{
+    global, lock, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
+};
 use crate::snapshot::Erased;
 
 global! {
@@ -797,8 +799,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     fn sweep_locked(&self, force: bool) -> (usize, Vec<Batch>) {
         let mut sw = lock(&self.sweep);
         let exits = identity::exits();
-        let due = force
-            || exits.wrapping_sub(sw.exits_seen) >= (B::len(&self.map) as u64 / 2).max(16);
+        let due =
+            force || exits.wrapping_sub(sw.exits_seen) >= (B::len(&self.map) as u64 / 2).max(16);
         let mut n = 0;
         if due {
             sw.exits_seen = exits;
