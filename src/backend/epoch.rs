@@ -261,7 +261,10 @@ impl Backend for Epoch {
         // Release: publishes the new header and its nodes (I2).
         map.head
             .store(Shared::from(new.cast_const()), Ordering::Release);
-        let old = NonNull::from(o);
+        // From the raw pointer, not from `o`: the header is freed through it (I17).
+        let Some(old) = NonNull::new(old.as_raw().cast_mut()) else {
+            unreachable!("`o` was loaded from it")
+        };
         // SAFETY: as in `insert`: `old` is unlinked, the closure owns the epoch reference (I14,
         // I17).
         unsafe { guard.defer_unchecked(move || release(old)) };
