@@ -671,7 +671,7 @@ fn reclaim_while_scoped_reading<B: Backend>() {
 fn m13_reclaim_while_scoped_reading_epoch() {
     model(
         "m13 reclaim while a delegate reads scoped (epoch)",
-        100,
+        100_000,
         0b111,
         reclaim_while_scoped_reading::<Epoch>,
     );
@@ -681,7 +681,7 @@ fn m13_reclaim_while_scoped_reading_epoch() {
 fn m13b_reclaim_while_scoped_reading_baseline() {
     model(
         "m13b reclaim while a delegate reads scoped (baseline)",
-        100,
+        25_000,
         0b111,
         reclaim_while_scoped_reading::<Baseline>,
     );

@@ -22,6 +22,7 @@ controls=(
   "published node mutated in place (shared with a snapshot)#src/trie.rs#s/Node::birth_of(n.cast()) } == seq => n.cast(),/Node::birth_of(n.cast()) } <= seq => n.cast(),/#m10_held_iterator_across_publishes_epoch#Causality violation"
   "iterator takes no count on its version#src/backend/epoch.rs#s/refs.fetch_add(1, Ordering::Relaxed);/let _ = refs;/#m10_held_iterator_across_publishes_epoch#Causality violation"
   "C++ cache poisoning: own cache checked first#src/rank_local.rs#s/if let Some(v) = self.cached(rank) {/if let Some(v) = self.cached(identity::own_raw()) {/#m4_delegation_after_caching_own_epoch#delegated get returned the cached own instance"
+  "scoped instance dropped at once, not after the grace period#src/rank_local.rs#s/guard.defer(move || flag.store(true, Ordering::Release));/flag.store(true, Ordering::Release);/#m13_reclaim_while_scoped_reading_epoch#Causality violation"
   "init does not wait for another thread's claim#src/rank_local.rs#s/None => break,/_ => break,/#m7a_first_touch_same_rank_owner_and_delegate_baseline#init ran twice"
 )
 failed=0
