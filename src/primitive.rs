@@ -21,8 +21,8 @@ pub(crate) use std::sync::{
     Arc, Condvar, Mutex, MutexGuard, RwLock,
 };
 
-/// Only the `ArcSwap` backend (absent under loom) needs a fence.
-#[cfg(not(loom))]
+/// Only the `ArcSwap` backend (absent under loom and without the `arc-swap` feature) needs a fence.
+#[cfg(all(not(loom), feature = "arc-swap"))]
 pub(crate) use std::sync::atomic::fence;
 
 #[cfg(loom)]
