@@ -532,6 +532,7 @@ fn main() {
     print_table(&rows, &o);
     pairs_in_turn(&o);
     owner_interleaved(&o);
+    scoped::run(o.dur);
 
     let inserts = first_touch_section(&o);
 
@@ -852,4 +853,86 @@ fn owner_interleaved(o: &Opts) {
         )
     });
     print!("{}", out.join().expect("owner section panicked"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scoped access (issue 12): the owner's `with` vs `get`, a delegate's `with_for` vs `get_for`
+// on a thread-cache hit. Its own section so other additions to this example merge cleanly.
+// ---------------------------------------------------------------------------------------------
+mod scoped {
+    use std::hint::black_box;
+    use std::time::{Duration, Instant};
+
+    use ranklocal::{Rank, RankId, RankLocal};
+
+    /// ns per call of `f`, the fastest of `rounds` rounds of about `dur / rounds` each.
+    fn best_ns(rounds: u32, per_round: u64, mut f: impl FnMut()) -> f64 {
+        let mut best = f64::INFINITY;
+        for _ in 0..rounds {
+            let start = Instant::now();
+            for _ in 0..per_round {
+                f();
+            }
+            best = best.min(start.elapsed().as_nanos() as f64 / per_round as f64);
+        }
+        best
+    }
+
+    pub fn run(dur: Duration) {
+        static RL: RankLocal<u64> = RankLocal::new();
+        let job = Rank::new();
+        let other: RankId = job.id();
+        ranklocal::on_behalf_of(other, || RL.with(|_| ()));
+        let me = RankId::this_thread();
+        RL.with(|_| ()); // the owner's scoped entry
+        let _ = RL.get(); // escapes this thread's instance (kept: it is the comparison's `get`)
+        let _ = RL.with_for(other, |_| ()); // the delegate's pinned entry for `other`
+        let per_round = ((dur.as_nanos() as u64) / 20).clamp(10_000, 50_000_000) / 5;
+        let rounds = 21;
+        // arms interleaved round by round: get, with, get_for(other), with_for(other)
+        let mut t = [f64::INFINITY; 5];
+        for _ in 0..rounds {
+            t[0] = t[0].min(best_ns(1, per_round, || {
+                black_box(*black_box(&RL).get());
+            }));
+            t[1] = t[1].min(best_ns(1, per_round, || {
+                black_box(black_box(&RL).with(|v| *v));
+            }));
+            t[2] = t[2].min(best_ns(1, per_round, || {
+                black_box(black_box(&RL).with_for(black_box(me), |v| *v));
+            }));
+            // `get_for(other)` would escape `other`'s instance: measured on a twin
+            t[3] = t[3].min(best_ns(1, per_round, || {
+                black_box(black_box(&RL).with_for(black_box(other), |v| *v));
+            }));
+        }
+        static TWIN: RankLocal<u64> = RankLocal::new();
+        ranklocal::on_behalf_of(other, || TWIN.get());
+        let _ = TWIN.get_for(other);
+        for _ in 0..rounds {
+            t[4] = t[4].min(best_ns(1, per_round, || {
+                black_box(black_box(&TWIN).get_for(black_box(other)).copied());
+            }));
+        }
+        println!();
+        println!("scoped access (issue 12), one thread, fastest of {rounds} interleaved rounds, ns/op (epoch):");
+        println!("  owner get                    {:>7.2}", t[0]);
+        println!(
+            "  owner with                   {:>7.2}   {:.2}x get",
+            t[1],
+            t[1] / t[0]
+        );
+        println!(
+            "  owner with_for(own rank)     {:>7.2}   {:.2}x get",
+            t[2],
+            t[2] / t[0]
+        );
+        println!("  delegate get_for (cache hit) {:>7.2}", t[4]);
+        println!(
+            "  delegate with_for (pin+hit)  {:>7.2}   {:.2}x get_for",
+            t[3],
+            t[3] / t[4]
+        );
+        drop(job);
+    }
 }

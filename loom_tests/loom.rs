@@ -602,3 +602,87 @@ fn m11b_rank_dropped_while_a_delegate_acts_baseline() {
         rank_dropped_while_a_delegate_acts::<Baseline>,
     );
 }
+
+/// An instance whose every read (`look`) and whose drop touch a loom cell: loom reports a drop
+/// that does not happen after a reader's read as a causality violation (a use after free).
+struct Canary {
+    cell: loom::cell::UnsafeCell<usize>,
+    _track: Track<()>,
+}
+
+// SAFETY: the cell is written only by the drop, which needs the instance exclusively; loom checks
+// the causality of every access (the reclamation protocol's I32, I33).
+unsafe impl Sync for Canary {}
+
+impl Default for Canary {
+    fn default() -> Canary {
+        Canary {
+            cell: loom::cell::UnsafeCell::new(5),
+            _track: Track::new(()),
+        }
+    }
+}
+
+impl Canary {
+    fn look(&self) -> usize {
+        self.cell.with(|p| unsafe { *p })
+    }
+}
+
+impl Drop for Canary {
+    fn drop(&mut self) {
+        self.cell.with_mut(|p| unsafe { *p = 0 });
+    }
+}
+
+/// 13. Reclamation of a dropped `Rank`'s scoped-only instance races a delegate's `with_for`
+///     (twice: the first fills the thread's pinned cache entry, the second may hit it): the
+///     instance is freed only after the reader is done, and a stale cache entry is never used.
+fn reclaim_while_scoped_reading<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    let job = Rank::new();
+    let id = job.id();
+    on_behalf_of(id, || rl.with(|c| c.look()));
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let a = rl.with_for(id, Canary::look);
+            let b = rl.with_for(id, Canary::look);
+            (a, b)
+        })
+    };
+    drop(job);
+    let swept = rl.reclaim_exited();
+    assert_eq!(swept, 1, "the exited rank's scoped instance was not swept");
+    let (a, b) = reader.join().unwrap();
+    assert!(a.is_none() || a == Some(5), "read a dropped value: {a:?}");
+    assert!(b.is_none() || b == Some(5), "read a dropped value: {b:?}");
+    assert!(!(a.is_none() && b.is_some()), "the instance came back");
+    // 1: the reader saw it both times; 2: never; 4: once, then it was gone
+    outcome(match (a, b) {
+        (Some(_), Some(_)) => 1,
+        (None, None) => 2,
+        _ => 4,
+    });
+    assert_eq!(rl.len(), 0);
+}
+
+#[test]
+fn m13_reclaim_while_scoped_reading_epoch() {
+    model(
+        "m13 reclaim while a delegate reads scoped (epoch)",
+        100_000,
+        0b111,
+        reclaim_while_scoped_reading::<Epoch>,
+    );
+}
+
+#[test]
+fn m13b_reclaim_while_scoped_reading_baseline() {
+    model(
+        "m13b reclaim while a delegate reads scoped (baseline)",
+        25_000,
+        0b111,
+        reclaim_while_scoped_reading::<Baseline>,
+    );
+}

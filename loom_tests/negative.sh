@@ -11,6 +11,8 @@ export LOOM_MAX_PREEMPTIONS=2
 export RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize"
 export CARGO_TARGET_DIR="$root/target/loom-negative"
 
+# (loom reports a read of a freed loom cell whose slot was reused as "unexpected object stored at
+# reference": the stale-uid control fails that way)
 # name # file # sed expression planting the bug # model expected to catch it # expected message
 # (fields separated by '#': the sed expressions contain '|')
 controls=(
@@ -22,6 +24,8 @@ controls=(
   "published node mutated in place (shared with a snapshot)#src/trie.rs#s/Node::birth_of(n.cast()) } == seq => n.cast(),/Node::birth_of(n.cast()) } <= seq => n.cast(),/#m10_held_iterator_across_publishes_epoch#Causality violation"
   "iterator takes no count on its version#src/backend/epoch.rs#s/refs.fetch_add(1, Ordering::Relaxed);/let _ = refs;/#m10_held_iterator_across_publishes_epoch#Causality violation"
   "C++ cache poisoning: own cache checked first#src/rank_local.rs#s/if let Some(v) = self.cached(rank) {/if let Some(v) = self.cached(identity::own_raw()) {/#m4_delegation_after_caching_own_epoch#delegated get returned the cached own instance"
+  "scoped instance dropped at once, not after the grace period#src/rank_local.rs#s/guard.defer(move || flag.store(true, Ordering::Release));/flag.store(true, Ordering::Release);/#m13_reclaim_while_scoped_reading_epoch#Causality violation"
+  "no fresh uid before retiring (stale pinned cache entry)#src/rank_local.rs#s/self.uid.store(fresh, Ordering::SeqCst);/let _ = fresh;/#m13_reclaim_while_scoped_reading_epoch#unexpected object stored at reference"
   "init does not wait for another thread's claim#src/rank_local.rs#s/None => break,/_ => break,/#m7a_first_touch_same_rank_owner_and_delegate_baseline#init ran twice"
 )
 failed=0

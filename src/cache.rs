@@ -121,3 +121,24 @@ pub(crate) fn store(uid: u64, rank: u64, ptr: Erased) {
         set[0].set(Entry { uid, rank, ptr });
     });
 }
+
+/// Tag of a scoped entry filled by a thread for its own, live rank: usable without a pin (I34).
+/// Rank ids stay far below 2^62, so a tagged rank never equals a plain one nor `u64::MAX`, and a
+/// `get` (untagged) lookup never meets a scoped entry, nor a scoped lookup a `get` entry.
+pub(crate) const OWNER_TAG: u64 = 1 << 63;
+
+/// Tag of a scoped entry filled under an epoch pin: usable only under a pin, with the uid loaded
+/// under that pin (I34).
+pub(crate) const PINNED_TAG: u64 = 1 << 62;
+
+/// Empties this thread's cache. Called by the thread's exit hook (I34); the cache has no
+/// destructor, so this works while the thread exits (I23).
+pub(crate) fn wipe() {
+    CACHE.with(|c| {
+        for set in c {
+            for way in set {
+                way.set(EMPTY);
+            }
+        }
+    });
+}

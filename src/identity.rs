@@ -199,10 +199,15 @@ pub(crate) struct ThreadState {
     /// The rank the thread acts for now: `own` outside delegation, the innermost
     /// `on_behalf_of` rank inside it; `0` only while `own` is unassigned and no delegation runs.
     current: Cell<u64>,
+    /// `true` from the registration of this thread's exit hook until the hook runs: the thread's
+    /// own rank is live (in [`LIVE`]) exactly while this is set (I35).
+    alive: Cell<bool>,
 }
 
 tls! {
-    static STATE: ThreadState = const { ThreadState { own: Cell::new(0), current: Cell::new(0) } };
+    static STATE: ThreadState = const {
+        ThreadState { own: Cell::new(0), current: Cell::new(0), alive: Cell::new(false) }
+    };
 }
 
 global! {
@@ -293,6 +298,29 @@ pub(crate) fn restore_current(prev: u64) {
 /// for a [`Rank`] (its drop) alike. Idempotent.
 fn exit(id: u64) {
     lock(&LIVE).remove(&id);
+    // Relaxed: a hint for the amortized sweep of scoped instances only; the sweep decides from
+    // `LIVE` itself, under its lock.
+    EXITS.fetch_add(1, Ordering::Relaxed);
+}
+
+global! {
+    /// Ranks exited so far in the process (counts calls of [`exit`]): the sweep of scoped-only
+    /// instances runs when this grew enough since the last one (amortized).
+    static EXITS: AtomicU64 = AtomicU64::new(0);
+}
+
+/// Number of rank exits so far (a hint, see [`EXITS`]).
+pub(crate) fn exits() -> u64 {
+    // Relaxed: a heuristic trigger, see `exit`.
+    EXITS.load(Ordering::Relaxed)
+}
+
+/// `true` while this thread's own rank is live and its exit hook has not started: only then may
+/// the thread use the pin-free owner path of scoped access (I34, I35). Always `false` under loom,
+/// where thread liveness is not tracked.
+#[inline]
+pub(crate) fn own_alive() -> bool {
+    STATE.with(|s| s.alive.get())
 }
 
 /// Dropped when the thread exits: makes its rank exited.
@@ -301,6 +329,10 @@ struct ExitHook(u64);
 
 impl Drop for ExitHook {
     fn drop(&mut self) {
+        // First make the owner path of scoped access unusable on this thread (I34, I35): later
+        // thread-local destructors of this thread go through the pinned path.
+        STATE.with(|s| s.alive.set(false));
+        crate::cache::wipe();
         exit(self.0);
     }
 }
@@ -324,6 +356,9 @@ fn register_live(id: u64) {
     // more: take it back out of LIVE right away, so it counts as exited (it is exiting).
     if EXIT_HOOK.try_with(|h| h.set(Some(ExitHook(id)))).is_err() {
         exit(id);
+    } else {
+        // The hook is registered: the rank stays live until it runs (I35).
+        STATE.with(|s| s.alive.set(true));
     }
 }
 

@@ -191,6 +191,62 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
         self.inner.0.iter()
     }
 
+    /// The current rank's instance, created with the static's initializer on first use, lent to
+    /// `f`: scoped access (see [`RankLocal::with`]). An instance only ever reached this way is
+    /// dropped after its rank exits; one handed out by [`get`](Self::get) is kept.
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::sync::Mutex;
+    ///
+    /// rank_local! {
+    ///     static SCRATCH: Mutex<Vec<u8>> = Mutex::new(Vec::with_capacity(1 << 10));
+    /// }
+    ///
+    /// let n = SCRATCH.with(|s| {
+    ///     let mut s = s.lock().unwrap();
+    ///     s.push(1);
+    ///     s.len()
+    /// });
+    /// assert_eq!(n, 1);
+    /// // a short-lived thread's instance is dropped after it exits
+    /// std::thread::spawn(|| SCRATCH.with(|s| s.lock().unwrap().push(2))).join().unwrap();
+    /// SCRATCH.as_rank_local().reclaim_exited();
+    /// assert_eq!(SCRATCH.as_rank_local().len(), 1);
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get`](Self::get).
+    #[inline]
+    pub fn with<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
+        let p = self.slot.with(Cell::get);
+        if identity::acting_as_self() & !p.is_null() {
+            // SAFETY: as in `get` (I8, I1): the slot only holds escaped instances (I31).
+            return f(unsafe { &*p });
+        }
+        self.inner.0.with_or(self.init, f)
+    }
+
+    /// `rank`'s instance lent to `f`, or `None` (never creates one); see
+    /// [`RankLocal::with_for`].
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, rank_local, Rank};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// rank_local! {
+    ///     static STEPS: AtomicU32 = const { AtomicU32::new(0) };
+    /// }
+    ///
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || STEPS.with(|s| s.fetch_add(2, Ordering::Relaxed)));
+    /// assert_eq!(STEPS.with_for(job.id(), |s| s.load(Ordering::Relaxed)), Some(2));
+    /// ```
+    #[inline]
+    pub fn with_for<R>(&'static self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R> {
+        self.inner.0.with_for(rank, f)
+    }
+
     /// The underlying `RankLocal`.
     ///
     /// ```

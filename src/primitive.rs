@@ -17,8 +17,8 @@
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicU64, AtomicUsize, Ordering},
-    Condvar, Mutex, MutexGuard, RwLock,
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    Arc, Condvar, Mutex, MutexGuard, RwLock,
 };
 
 /// Only the `ArcSwap` backend (feature `arc-swap`, absent under loom) needs a fence.
@@ -27,8 +27,8 @@ pub(crate) use std::sync::atomic::fence;
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicU64, AtomicUsize, Ordering},
-    Condvar, Mutex, MutexGuard, RwLock,
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    Arc, Condvar, Mutex, MutexGuard, RwLock,
 };
 
 /// Under loom only: the trie's reclamation canaries (see `trie::Canary`).

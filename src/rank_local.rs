@@ -20,10 +20,11 @@
 //!
 //! # Invariants
 //! The `// SAFETY:` comments of the crate cite these.
-//! - **I1 (stable instances)** Every instance is its own `Box<T>` allocation, made by the
-//!   `RankLocal` and freed only through `&mut RankLocal` or by value (`clear`, `purge_exited`,
-//!   `into_iter`, drop). While a `&RankLocal` lives, every pointer ever published in its map stays
-//!   valid and no `&mut T` to it exists.
+//! - **I1 (stable instances)** Every instance is its own `Box<Inst<T>>` allocation (the `T`
+//!   first, then its state, I30), made by the `RankLocal` and freed only through `&mut RankLocal`
+//!   or by value (`clear`, `purge_exited`, `into_iter`, drop) — or, if it never escaped, by the
+//!   reclamation protocol I30–I35. While a `&RankLocal` lives, every escaped pointer ever
+//!   published in its map stays valid and no `&mut T` to it exists.
 //! - **I2 (publication)** An instance is fully built before its pointer is published; `Epoch`
 //!   publishes with a Release store, `ArcSwap` with a SeqCst swap, `Baseline` under the write lock;
 //!   readers Acquire (load or read lock) before they dereference.
@@ -34,8 +35,9 @@
 //!   of the `RankLocal` whose uid is `uid`. Uids are unique in the process and never reused, and a
 //!   `RankLocal` takes a fresh uid whenever it removes an instance. So a hit for `(self.uid, rank)`
 //!   is a pointer that I1 keeps valid for the `&self` borrow.
-//! - **I5 (erased types)** Every pointer in the map of a `RankLocal<T, B>` points to a `T` that
-//!   this `RankLocal` allocated as a `Box<T>`.
+//! - **I5 (erased types)** Every pointer in the map of a `RankLocal<T, B>` points to an `Inst<T>`
+//!   that this `RankLocal` allocated as a `Box<Inst<T>>`; `Inst` is `repr(C)` with the `T` first,
+//!   so the pointer cast to `*const T` addresses the value.
 //! - **I6 (exclusive access)** `&mut RankLocal` excludes every reader, iterator and in-flight init
 //!   of that `RankLocal` (they all borrow it), so instances and snapshots may be freed at once.
 //! - **I7 (thread safety)** `RankLocal<T, B>` is `Send` only if `T: Send` and `Sync` only if
@@ -88,8 +90,9 @@
 //!   writer's bookkeeping, one per iterator. Whoever gives up the last one frees the header; a
 //!   holder reads the header only while it holds a reference.
 //! - **I18 (the crate's collector)** Every pin of the `Epoch` backend is of the crate's own
-//!   crossbeam-epoch `Collector`, never of crossbeam's process-wide default one, and the only
-//!   closures deferred to it release version headers (I17) and run no user code. So a pin or a
+//!   crossbeam-epoch `Collector`, never of crossbeam's process-wide default one (and so is every
+//!   pin of scoped readers and sweeps, I32, I33), and the only closures deferred to it release
+//!   version headers (I17) or set a retired batch's token (I32): they run no user code. So a pin or a
 //!   flush made while the writer holds the claims or writer mutex never runs user code that
 //!   could re-enter the `RankLocal` and deadlock.
 //! - **I23 (thread-cache cells)** Each thread's cache ([`crate::cache`]) is a `const`-initialized
@@ -97,14 +100,53 @@
 //!   thread reads or writes it, and no reference into an entry outlives the cache function that
 //!   took it, so reading an entry's field through the cell's raw pointer is `Cell::get`, and the
 //!   cache stays usable while the thread exits.
+//! - **I30 (instance states)** Every instance carries a state: SCOPED (no plain `&T` handed out yet),
+//!   ESCAPED, or RECLAIMING. It only moves SCOPED → ESCAPED (a reader, while the instance is
+//!   protected by I33 or the claims mutex) or SCOPED → RECLAIMING (the sweeper only, under the claims
+//!   mutex, for a rank absent from the live set); both are compare-exchanges from SCOPED on one
+//!   atomic, so exactly one wins, and ESCAPED and RECLAIMING are final. The sweeper unpublishes a
+//!   RECLAIMING instance in the same claims critical section, so under the claims mutex every
+//!   instance in the map is SCOPED or ESCAPED.
+//! - **I31 (escaped instances are kept)** Every plain `&T` (`get`, `get_or`, `get_or_try`,
+//!   `try_get`, `get_for`, `iter`, a key's slot) and every untagged thread-cache entry is of an
+//!   ESCAPED instance, marked before it is handed out or cached. An ESCAPED instance is freed only
+//!   through `&mut` or by value, as I1 says.
+//! - **I32 (retirement)** A RECLAIMING instance is freed only (a) after the sweeper, having
+//!   unpublished it, stored a fresh uid (SeqCst) and then deferred to crossbeam-epoch a closure that
+//!   sets its batch's `done` token (Release) — the collector runs it only after every thread pinned
+//!   at the deferral has unpinned — and a later sweep saw `done` set (Acquire); or (b) under
+//!   exclusive access (I6). The deferred closure owns only the `'static` token, never a `T`: every
+//!   `T` is dropped by the `RankLocal` itself, before it is gone.
+//! - **I33 (scoped readers)** A scoped reader that is not the live owner (I35) pins the epoch before
+//!   it loads the uid, the cache or the map, and holds the pin until `f` returns; so an instance it
+//!   reads was published in the map or a cache entry it may use at a time its pin already covered,
+//!   and by I32 it is freed only after the reader unpinned. `for_each` pins across the snapshot's
+//!   load and the whole visit; `get`'s slow path pins across the map load and the escape (I30).
+//! - **I34 (scoped cache entries)** Scoped entries are keyed by a tagged rank, so they never answer
+//!   a `get` lookup nor a `get` entry a scoped one. An *owner* entry is filled only by a thread for
+//!   its own rank while that rank is live (`identity::own_alive`), and the thread's exit hook clears
+//!   `own_alive` and wipes the thread's cache before making the rank exited. A *pinned* entry is
+//!   filled under the pin that protects its instance, keyed by the non-zero uid loaded after that
+//!   pin; it is used only under a pin, with the uid loaded after it. Since a sweeper stores a fresh
+//!   uid (never reused) after unpublishing and before retiring, a reader that loads the old uid
+//!   after pinning was pinned before the retirement's deferral, so the entry's instance outlives it.
+//! - **I35 (the live owner)** A thread's own rank is in the live set from before its id is handed
+//!   out until its exit hook runs, and `own_alive` is set only while the hook is registered and has
+//!   not started. The sweeper reclaims only ranks absent from the live set, read under the claims
+//!   mutex after the instance was found in the map; so while `own_alive` holds on a thread, its own
+//!   rank's instance is never RECLAIMING and needs no pin.
 
 use core::fmt;
 use core::marker::PhantomData;
 
+use crossbeam_epoch as epoch;
+
 use crate::backend::{Backend, Epoch};
 use crate::cache;
 use crate::identity::{self, RankId};
-use crate::primitive::{global, lock, AtomicU64, Condvar, Mutex, Ordering};
+use crate::primitive::{
+    global, lock, Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering,
+};
 use crate::snapshot::Erased;
 
 global! {
@@ -115,6 +157,68 @@ global! {
 /// Makes a type that mentions it invariant in `T`, adding no auto-trait bound (a `fn` pointer is
 /// `Send`, `Sync` and `Unpin` whatever `T` is); see I9.
 type Invariant<T> = fn(T) -> T;
+
+/// State of an instance no plain `&T` was handed out for: it may be reclaimed once its rank
+/// exited (I30).
+const SCOPED: usize = 0;
+/// State of an instance a plain `&T` was handed out for: kept until `&mut` or drop (I30, I31).
+const ESCAPED: usize = 1;
+/// State of an instance the sweeper took: unpublished, freed after a grace period (I30, I32).
+const RECLAIMING: usize = 2;
+
+/// One allocation per instance (I1, I5): the value first (`repr(C)`: a pointer to the `Inst` is
+/// a pointer to its `T`, so caches and slots hand out `&T` by a plain cast) and its state (I30).
+#[repr(C)]
+pub(crate) struct Inst<T> {
+    value: T,
+    state: AtomicUsize,
+}
+
+/// The state of the instance behind `p` (I30).
+///
+/// # Safety
+/// `p` is an `Inst<T>` of a `RankLocal<T, _>`'s map (I5) that is alive: protected by a pin or
+/// the claims mutex as I32/I33 say, or escaped (I31).
+unsafe fn state<'a, T>(p: Erased) -> &'a AtomicUsize {
+    // SAFETY: the caller's contract (I5, I32, I33); only the atomic is referenced.
+    unsafe { &(*p.as_ptr::<Inst<T>>().as_ptr()).state }
+}
+
+/// Moves the instance behind `p` to ESCAPED unless it is being reclaimed; `false` if it is (the
+/// caller then treats the rank's instance as absent) (I30, I31).
+///
+/// # Safety
+/// As for [`state`]: `p` is protected while this runs.
+unsafe fn escape<T>(p: Erased) -> bool {
+    // SAFETY: the caller's contract (I32, I33).
+    let st = unsafe { state::<T>(p) };
+    // Acquire/Relaxed: the state carries no data (the instance was published under I2); what
+    // matters is that exactly one of this CAS and the sweeper's succeeds (I30), which is a
+    // property of the single modification order of `state`, whatever the orderings.
+    match st.load(Ordering::Acquire) {
+        ESCAPED => true,
+        RECLAIMING => false,
+        _ => match st.compare_exchange(SCOPED, ESCAPED, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(now) => now == ESCAPED,
+        },
+    }
+}
+
+/// Instances the sweeper unpublished, freed once `done` is set: by a deferred epoch closure that
+/// runs after every thread pinned when it was deferred has unpinned (I32).
+struct Batch {
+    done: Arc<AtomicBool>,
+    entries: Vec<(u64, Erased)>,
+}
+
+/// The sweeper's bookkeeping (only touched under the claims mutex, or with `&mut`).
+struct Sweep {
+    /// `identity::exits()` at the last sweep: the amortization trigger.
+    exits_seen: u64,
+    /// Unpublished instances waiting for their grace period (I32).
+    retired: Vec<Batch>,
+}
 
 /// A rank whose `init` is running, and the OS thread (its own rank id) running it.
 struct Claim {
@@ -178,6 +282,9 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     claims: Mutex<Vec<Claim>>,
     /// Signalled whenever a claim ends.
     claim_ended: Condvar,
+    /// Reclamation of scoped-only instances of exited ranks (I30-I35); locked only while
+    /// `claims` is held, or with `&mut`.
+    sweep: Mutex<Sweep>,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
     _owns: PhantomData<(T, Invariant<T>)>,
@@ -195,6 +302,10 @@ macro_rules! empty_rank_local {
             uid: AtomicU64::new(0),
             claims: Mutex::new(Vec::new()),
             claim_ended: Condvar::new(),
+            sweep: Mutex::new(Sweep {
+                exits_seen: 0,
+                retired: Vec::new(),
+            }),
             _owns: PhantomData,
         }
     };
@@ -438,6 +549,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert!((&rl).into_iter().all(|(rank, v)| *v == rank.as_u64() * 10));
     /// ```
     pub fn iter(&self) -> Iter<'_, T, B> {
+        // Under the claims mutex the map cannot change (I16) and holds no RECLAIMING instance
+        // (I30): mark the snapshot's instances ESCAPED, then hand out the same snapshot (I31).
+        let _claims = lock(&self.claims);
+        for (_, p) in B::iter(&self.map) {
+            // SAFETY: in the map under the claims mutex: alive (I30, I32).
+            let st = unsafe { state::<T>(p) };
+            // Relaxed: as in `insert` (I30).
+            st.store(ESCAPED, Ordering::Relaxed);
+        }
         Iter {
             inner: B::iter(&self.map),
             _rl: PhantomData,
@@ -517,13 +637,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 
     /// Removes (and drops) the instances `keep` rejects; returns how many.
     fn remove_where(&mut self, keep: &mut dyn FnMut(u64) -> bool) -> usize {
-        let removed = B::retain(&mut self.map, keep);
+        let mut removed = B::retain(&mut self.map, keep);
+        let n = removed.len();
+        // Retired batches go too: `&mut self` excludes every reader (I6, I32).
+        removed.extend(take_retired(&self.sweep));
         if !removed.is_empty() {
             // Relaxed: `&mut self`, ordered by whatever handed it to us. A fresh uid is drawn
             // on next use, so no thread cache can hit a removed instance (I4).
             self.uid.store(0, Ordering::Relaxed);
         }
-        let n = removed.len();
         // SAFETY: every entry came out of this map (I5) and is no longer in it, and `&mut self`
         // excludes every other user (I6); the uid reset makes cached copies dead (I4).
         unsafe { free_all::<T>(removed) };
@@ -576,12 +698,19 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
         #[cfg(all(test, not(loom)))]
         tests::MAP_LOOKUPS.with(|n| n.set(n.get() + 1));
+        // The pin keeps `p` alive from the map load to the escape (I33).
+        let guard = crate::backend::pin();
         let p = B::get(&self.map, rank)?;
+        // SAFETY: `p` was read from the map under `guard` (I33).
+        if !unsafe { escape::<T>(p) } {
+            return None; // being reclaimed: the rank's instance is gone (I30)
+        }
+        drop(guard);
         if Self::cacheable(rank) {
             cache::store(self.uid(), rank, p);
         }
-        // SAFETY: `p` is a published instance of this map (I2, I5), valid while `&self` lives
-        // (I1), inserted as this very `T` (invariance, I9).
+        // SAFETY: `p` is a published instance of this map (I2, I5), now escaped, so valid while
+        // `&self` lives (I1, I31), inserted as this very `T` (invariance, I9).
         Some(unsafe { p.as_ptr::<T>().as_ref() })
     }
 
@@ -595,22 +724,38 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         if let Some(v) = self.lookup_slow(rank) {
             return Ok(v);
         }
-        let p = self.insert(rank, init)?;
+        let (p, _guard) = self.insert(rank, init, true)?;
         if Self::cacheable(rank) {
             cache::store(self.uid(), rank, p);
         }
-        // SAFETY: `p` was just published in this map (I2, I5); valid while `&self` lives (I1);
-        // the same `T` every reader of this `RankLocal` reads (I9).
+        // SAFETY: `p` was just published in this map (I2, I5), escaped (I31), so valid while
+        // `&self` lives (I1); the same `T` every reader of this `RankLocal` reads (I9).
         Ok(unsafe { p.as_ptr::<T>().as_ref() })
     }
 
-    /// First touch of `rank` (step 3): the init protocol in the module docs.
-    fn insert<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<Erased, E> {
+    /// First touch of `rank` (step 3): the init protocol in the module docs. Returns the instance,
+    /// ESCAPED if `escaped` (I31), and a pin taken under the claims mutex, so no sweep can have
+    /// retired the instance before it (I33).
+    fn insert<E>(
+        &self,
+        rank: u64,
+        init: impl FnOnce() -> Result<T, E>,
+        escaped: bool,
+    ) -> Result<(Erased, epoch::Guard), E> {
         let me = identity::own_raw();
         let mut claims = lock(&self.claims);
         loop {
             if let Some(p) = B::get(&self.map, rank) {
-                return Ok(p); // published by another thread meanwhile
+                // published by another thread meanwhile
+                if escaped {
+                    // SAFETY: in the map under the claims mutex, so not RECLAIMING and alive
+                    // (I30, I32).
+                    let st = unsafe { state::<T>(p) };
+                    // Relaxed: under the mutex the state is SCOPED or ESCAPED and only moves
+                    // to ESCAPED (I30); the mutex orders it before any later sweep.
+                    st.store(ESCAPED, Ordering::Relaxed);
+                }
+                return Ok((p, crate::backend::pin()));
             }
             match claims.iter().find(|c| c.rank == rank) {
                 None => break,
@@ -635,13 +780,295 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 
         let claim = ClaimGuard { rl: self, rank };
         let value = init()?; // on panic or error, `claim` ends the claim; nothing is inserted
-        let p = Erased::new(Box::new(value));
-        {
+        let p = Erased::new(Box::new(Inst {
+            value,
+            state: AtomicUsize::new(if escaped { ESCAPED } else { SCOPED }),
+        }));
+        let (guard, ready) = {
             let _writers = lock(&self.claims);
             B::insert(&self.map, rank, p);
-        }
+            // Writers sweep exited ranks' scoped-only instances, amortized (I32).
+            let (_, ready) = self.sweep_locked(false);
+            (crate::backend::pin(), ready)
+        };
         drop(claim);
-        Ok(p)
+        // SAFETY: batches whose grace period passed (I32); outside the claims mutex.
+        unsafe { free_batches::<T>(ready) };
+        Ok((p, guard))
+    }
+
+    /// The sweep (I30, I32), under the claims mutex: if `force`, or if enough ranks exited since
+    /// the last one (half of `len`, at least 16: amortized O(1) per exit), moves the SCOPED
+    /// instances of exited ranks to RECLAIMING, unpublishes them, draws a fresh uid and retires
+    /// them as one batch behind an epoch grace period. Returns how many it retired and the
+    /// earlier batches now ready to free (the caller frees them after dropping the mutex).
+    fn sweep_locked(&self, force: bool) -> (usize, Vec<Batch>) {
+        let mut sw = lock(&self.sweep);
+        let exits = identity::exits();
+        let due =
+            force || exits.wrapping_sub(sw.exits_seen) >= (B::len(&self.map) as u64 / 2).max(16);
+        let mut n = 0;
+        if due {
+            sw.exits_seen = exits;
+            let mut found: Vec<(u64, Erased)> = B::iter(&self.map).collect();
+            identity::with_live(|live| found.retain(|(rank, _)| !live.contains(rank)));
+            let mut batch = Vec::new();
+            for (rank, p) in found {
+                // SAFETY: in the map under the claims mutex: alive (I30, I32).
+                let st = unsafe { state::<T>(p) };
+                // SeqCst (Relaxed would do for the one-winner property, I30): keeps the
+                // argument about readers local.
+                if st
+                    .compare_exchange(SCOPED, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let removed = B::remove(&self.map, rank);
+                    debug_assert!(removed.is_some());
+                    batch.push((rank, p));
+                }
+            }
+            n = batch.len();
+            if !batch.is_empty() {
+                // A fresh uid before retiring: pinned scoped entries keyed by the old one are
+                // dead for every reader that pins after this store (I34).
+                let fresh = crate::snapshot::mix(NEXT_UID.fetch_add(1, Ordering::Relaxed));
+                self.uid.store(fresh, Ordering::SeqCst);
+                let done = Arc::new(AtomicBool::new(false));
+                let flag = Arc::clone(&done);
+                let guard = crate::backend::pin();
+                // Release: pairs with the Acquire in `take_ready`; the collector runs this only
+                // after every thread pinned now has unpinned (I32). Only a `'static` token is
+                // deferred, never a `T`: the closure runs no user code (I18).
+                guard.defer(move || flag.store(true, Ordering::Release));
+                guard.flush();
+                sw.retired.push(Batch {
+                    done,
+                    entries: batch,
+                });
+            }
+        }
+        (n, take_ready(&mut sw))
+    }
+
+    /// The instances of exited ranks that were only ever reached through scoped access
+    /// ([`with`](Self::with), [`with_for`](Self::with_for), [`for_each`](Self::for_each)): unpublishes them
+    /// now and returns how many; each is dropped once no reader can still see it, by this call,
+    /// a later sweep or the `RankLocal`'s drop. Instances ever handed out as `&T` are kept.
+    ///
+    /// Writers (first touches) sweep on their own, amortized, so memory stays bounded without
+    /// calling this; it is for dropping promptly.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let rl: RankLocal<Vec<u8>> = RankLocal::new();
+    /// let job = Rank::new();
+    /// let id = job.id();
+    /// on_behalf_of(id, || rl.with(|buf| assert!(buf.is_empty()))); // scoped only
+    /// assert_eq!(rl.len(), 1);
+    /// drop(job); // the rank exits
+    /// assert_eq!(rl.reclaim_exited(), 1);
+    /// assert_eq!(rl.len(), 0);
+    /// assert!(rl.with_for(id, |_| ()).is_none());
+    /// ```
+    pub fn reclaim_exited(&self) -> usize {
+        let (n, mut ready) = {
+            let _claims = lock(&self.claims);
+            self.sweep_locked(true)
+        };
+        // Help the grace period along (each flush may advance the epoch once); whatever is not
+        // ready yet goes with a later sweep.
+        for _ in 0..3 {
+            if lock(&self.sweep).retired.is_empty() {
+                break;
+            }
+            crate::backend::pin().flush();
+            let _claims = lock(&self.claims);
+            ready.extend(take_ready(&mut lock(&self.sweep)));
+        }
+        // SAFETY: batches whose grace period passed (I32); outside the claims mutex.
+        unsafe { free_batches::<T>(ready) };
+        n
+    }
+
+    /// The current rank's instance, created with `T::default()` on first use, lent to `f`: scoped
+    /// access, like `std::thread::LocalKey::with`.
+    ///
+    /// Unlike [`get`](Self::get), whose `&T` lives as long as the `RankLocal` (forever, for a
+    /// `static`), the borrow cannot escape `f`; so an instance only ever reached this way is
+    /// dropped after its rank exits — without `&mut`, statics included (spec semantic 10). Use
+    /// `with` for per-thread state of short-lived threads; use `get` when you need the reference
+    /// outside a closure (the instance is then kept until `&mut` access or drop). The owner's
+    /// `with` is a thread-cache hit, as `get`; a delegate's holds an epoch pin during `f`.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// static SENT: RankLocal<AtomicU64> = RankLocal::new();
+    ///
+    /// for _ in 0..100 {
+    ///     std::thread::spawn(|| SENT.with(|n| n.fetch_add(1, Ordering::Relaxed))).join().unwrap();
+    /// }
+    /// SENT.reclaim_exited(); // writers also do this on their own, amortized
+    /// assert_eq!(SENT.len(), 0); // the exited threads' instances are gone
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get`](Self::get). A panic in `f` propagates; nothing is leaked.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: Default,
+    {
+        self.with_or(T::default, f)
+    }
+
+    /// [`with`](Self::with) with an explicit initializer (the `rank_local!` key's `with`).
+    #[inline]
+    pub(crate) fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+        let rank = identity::current_raw_or_zero();
+        if let Some(v) = self.cached_owner(rank) {
+            return f(v);
+        }
+        self.with_slow(init, f)
+    }
+
+    /// `rank`'s instance lent to `f`, or `None` if it has none (never creates one); scoped
+    /// access as [`with`](Self::with). For a rank other than the thread's own, the instance is
+    /// kept alive by an epoch pin during `f`, even if the rank exits meanwhile.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    /// use std::sync::Mutex;
+    ///
+    /// let logs: RankLocal<Mutex<Vec<&str>>> = RankLocal::new();
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || logs.with(|l| l.lock().unwrap().push("step")));
+    /// assert_eq!(logs.with_for(job.id(), |l| l.lock().unwrap().len()), Some(1));
+    /// assert_eq!(logs.with_for(Rank::new().id(), |_| ()), None);
+    /// ```
+    #[inline]
+    pub fn with_for<R>(&self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let rank = rank.as_u64();
+        if let Some(v) = self.cached_owner(rank) {
+            return Some(f(v));
+        }
+        self.with_for_slow(rank, f)
+    }
+
+    /// Lends every instance to `f` in turn, from one snapshot (scoped visiting: the borrows
+    /// cannot escape, so exited ranks' instances stay reclaimable). Holds an epoch pin for the
+    /// whole visit; keep `f` short.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// let bytes: RankLocal<AtomicU64> = RankLocal::new();
+    /// bytes.with(|b| b.store(3, Ordering::Relaxed));
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || bytes.with(|b| b.store(4, Ordering::Relaxed)));
+    /// let mut total = 0;
+    /// bytes.for_each(|_, b| total += b.load(Ordering::Relaxed));
+    /// assert_eq!(total, 7);
+    /// ```
+    pub fn for_each(&self, mut f: impl FnMut(RankId, &T)) {
+        // The pin covers the snapshot's load and the whole visit (I33).
+        let _guard = crate::backend::pin();
+        for (rank, p) in B::iter(&self.map) {
+            // SAFETY: read from a snapshot loaded under `_guard` (I33).
+            if unsafe { state::<T>(p) }.load(Ordering::Acquire) == RECLAIMING {
+                continue;
+            }
+            // SAFETY: alive while `_guard` is held (I32, I33); a `T` of this map (I5, I9); the
+            // borrow ends with `f`'s call.
+            f(RankId::from_raw(rank), unsafe { p.as_ptr::<T>().as_ref() });
+        }
+    }
+
+    /// The owner's scoped entry for `rank`: a hit only for this thread's own, live rank (I34).
+    #[inline]
+    fn cached_owner(&self, rank: u64) -> Option<&T> {
+        // Relaxed: the uid is only a name here; an owner entry stays valid whatever the uid
+        // (I34, I35).
+        let uid = self.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank | cache::OWNER_TAG)?;
+        // SAFETY: an owner entry was filled by this thread for its own rank while it was alive
+        // and is wiped before the rank exits (I34), so the instance is not reclaimed (I35) and
+        // stays valid for `&self` (I1); a `T` of this map (I5, I9).
+        Some(unsafe { p.cast::<T>().as_ref() })
+    }
+
+    /// `true` if `rank` is this thread's own rank and live: its instance cannot be reclaimed
+    /// while the thread runs (I35).
+    fn is_live_owner(rank: u64) -> bool {
+        rank == identity::own_raw() && identity::own_alive()
+    }
+
+    /// A non-owner's scoped lookup: pins, then loads the uid, then probes the cache's pinned
+    /// entries and the map (I33, I34). The instance is alive while the returned guard is held.
+    fn pinned_lookup(&self, rank: u64) -> Option<(Erased, epoch::Guard)> {
+        self.uid(); // non-zero from now on (only `&mut` resets it), so fills never use 0
+        let guard = crate::backend::pin();
+        // SeqCst, after the pin's SeqCst fence: a sweeper that stored a fresh uid before
+        // retiring something this pin does not protect is seen here (I34).
+        let uid = self.uid.load(Ordering::SeqCst);
+        if Self::cacheable(rank) {
+            if let Some(p) = cache::lookup(uid, rank | cache::PINNED_TAG) {
+                return Some((Erased::from_non_null(p), guard));
+            }
+        }
+        let p = B::get(&self.map, rank)?;
+        // SAFETY: read from the map under `guard` (I33).
+        if unsafe { state::<T>(p) }.load(Ordering::Acquire) == RECLAIMING {
+            return None; // being reclaimed: gone (I30)
+        }
+        if Self::cacheable(rank) {
+            cache::store(uid, rank | cache::PINNED_TAG, p);
+        }
+        Some((p, guard))
+    }
+
+    #[cold]
+    fn with_slow<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+        let rank = identity::current_raw();
+        let init = || Ok::<T, core::convert::Infallible>(init());
+        if Self::is_live_owner(rank) {
+            let p = match B::get(&self.map, rank) {
+                Some(p) => p,
+                None => match self.insert(rank, init, false) {
+                    Ok((p, _guard)) => p,
+                    Err(never) => match never {},
+                },
+            };
+            cache::store(self.uid(), rank | cache::OWNER_TAG, p);
+            // SAFETY: the live owner's instance is not reclaimed while the thread runs (I35),
+            // valid for `&self` (I1); a `T` of this map (I5, I9).
+            return f(unsafe { p.as_ptr::<T>().as_ref() });
+        }
+        let (p, _guard) = match self.pinned_lookup(rank) {
+            Some(found) => found,
+            None => match self.insert(rank, init, false) {
+                Ok(found) => found,
+                Err(never) => match never {},
+            },
+        };
+        // SAFETY: alive while `_guard` is held (I33); a `T` of this map (I5, I9).
+        f(unsafe { p.as_ptr::<T>().as_ref() })
+    }
+
+    #[cold]
+    fn with_for_slow<R>(&self, rank: u64, f: impl FnOnce(&T) -> R) -> Option<R> {
+        if Self::is_live_owner(rank) {
+            let p = B::get(&self.map, rank)?;
+            cache::store(self.uid(), rank | cache::OWNER_TAG, p);
+            // SAFETY: as in `with_slow` (I35, I1, I5, I9).
+            return Some(f(unsafe { p.as_ptr::<T>().as_ref() }));
+        }
+        let (p, _guard) = self.pinned_lookup(rank)?;
+        // SAFETY: alive while `_guard` is held (I33); a `T` of this map (I5, I9).
+        Some(f(unsafe { p.as_ptr::<T>().as_ref() }))
     }
 }
 
@@ -660,9 +1087,10 @@ impl<T: Send + Sync, B: Backend> Drop for ClaimGuard<'_, T, B> {
 
 impl<T, B: Backend> Drop for RankLocal<T, B> {
     fn drop(&mut self) {
-        let removed = B::retain(&mut self.map, &mut |_| false);
-        // SAFETY: dropping the `RankLocal` — no other user exists (I6); each pointer is a
-        // `Box<T>` of this map (I5), removed from it. The uid dies with `self` and is never
+        let mut removed = B::retain(&mut self.map, &mut |_| false);
+        removed.extend(take_retired(&self.sweep));
+        // SAFETY: dropping the `RankLocal` — no other user exists (I6, I32); each pointer is a
+        // `Box<Inst<T>>` of this map (I5), removed from it or retired (I32). The uid dies with `self` and is never
         // reused, so cached copies are dead (I4).
         unsafe { free_all::<T>(removed) };
     }
@@ -672,7 +1100,7 @@ impl<T, B: Backend> Drop for RankLocal<T, B> {
 /// rest are still dropped, then the first panic propagates (a second one aborts, as in std).
 ///
 /// # Safety
-/// Every entry must be a `Box<T>` allocation of a `RankLocal<T, _>`'s map (I5) that was removed
+/// Every entry must be a `Box<Inst<T>>` allocation of a `RankLocal<T, _>`'s map (I5) that was removed
 /// from it, with no reference to it left (I6, I4).
 unsafe fn free_all<T>(entries: Vec<(u64, Erased)>) {
     /// On unwind out of one instance's drop, frees the instances not yet freed (I10).
@@ -685,7 +1113,7 @@ unsafe fn free_all<T>(entries: Vec<(u64, Erased)>) {
             for (_, p) in &mut *self.rest {
                 // SAFETY: an entry of `free_all`'s argument, not yet freed: the iterator yields
                 // each once (I10), and the caller's contract covers it (I5, I6).
-                drop(unsafe { Box::from_raw(p.as_ptr::<T>().as_ptr()) });
+                drop(unsafe { Box::from_raw(p.as_ptr::<Inst<T>>().as_ptr()) });
             }
         }
     }
@@ -696,9 +1124,45 @@ unsafe fn free_all<T>(entries: Vec<(u64, Erased)>) {
             _t: PhantomData,
         };
         // SAFETY: as for `FreeRest::drop`: the caller's contract (I5, I6), each entry once (I10).
-        drop(unsafe { Box::from_raw(p.as_ptr::<T>().as_ptr()) });
+        drop(unsafe { Box::from_raw(p.as_ptr::<Inst<T>>().as_ptr()) });
         core::mem::forget(guard);
     }
+}
+
+/// Every retired instance, ready or not (for exclusive access only, I6).
+fn take_retired(sweep: &Mutex<Sweep>) -> Vec<(u64, Erased)> {
+    let retired = core::mem::take(&mut lock(sweep).retired);
+    retired.into_iter().flat_map(|b| b.entries).collect()
+}
+
+/// Takes out the batches whose grace period passed (I32).
+fn take_ready(sw: &mut Sweep) -> Vec<Batch> {
+    let mut ready = Vec::new();
+    let mut i = 0;
+    while i < sw.retired.len() {
+        // Acquire: pairs with the deferred Release store, which the collector runs after every
+        // reader pinned at the retirement unpinned (I32).
+        if sw.retired[i].done.load(Ordering::Acquire) {
+            ready.push(sw.retired.swap_remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    ready
+}
+
+/// Frees the instances of `batches` (I10's `free_all`).
+///
+/// # Safety
+/// Every batch's grace period passed (its `done` was seen set, I32), or no reader exists (I6).
+unsafe fn free_batches<T>(batches: Vec<Batch>) {
+    if batches.is_empty() {
+        return;
+    }
+    let entries = batches.into_iter().flat_map(|b| b.entries).collect();
+    // SAFETY: retired instances of this map (I5), unpublished, their cached copies dead (I34)
+    // and no reader left (I32), each in one batch once (I10).
+    unsafe { free_all::<T>(entries) };
 }
 
 impl<T: Send + Sync, B: Backend> Default for RankLocal<T, B> {
@@ -833,8 +1297,8 @@ impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
             .map(|(rank, p)| {
                 // SAFETY: owned `self` (I6); a `Box<T>` of this map (I5), removed, moved out once;
                 // moving out runs no `T::drop`, so no panic can strand the rest (I10).
-                let b = unsafe { Box::from_raw(p.as_ptr::<T>().as_ptr()) };
-                (RankId::from_raw(rank), *b)
+                let b = unsafe { Box::from_raw(p.as_ptr::<Inst<T>>().as_ptr()) };
+                (RankId::from_raw(rank), b.value)
             })
             .collect();
         owned.into_iter()

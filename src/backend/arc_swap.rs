@@ -141,6 +141,22 @@ impl Backend for ArcSwap {
         }
     }
 
+    fn remove(map: &ArcSwapMap, rank: u64) -> Option<Erased> {
+        let mut w = lock(&map.writer);
+        w.replaced.clear(); // only a write that panicked midway could have left entries
+        let old = map.head.load_full()?;
+        let (mut trie, seq) = (old.trie, old.seq);
+        // SAFETY: as in `insert`: `old` is held (I13), nothing is born at `seq + 1` yet (I12, I16).
+        let prev = unsafe { trie.remove(rank, seq + 1, &mut w.replaced) };
+        prev?;
+        // SeqCst (arc-swap's): publishes the new version (I2).
+        map.head.store(Some(Arc::new(Version::new(trie, seq + 1))));
+        // SAFETY: version `seq` was just replaced; `w.replaced` holds exactly its nodes that the
+        // new version lacks (I12); the writer's `Arc` tells when it is dead (I14).
+        unsafe { w.retire(seq, old) };
+        prev
+    }
+
     fn len(map: &ArcSwapMap) -> usize {
         map.head.load().as_ref().map_or(0, |v| v.len())
     }

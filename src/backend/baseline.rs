@@ -68,6 +68,12 @@ impl Backend for Baseline {
             .insert(rank, ptr);
     }
 
+    fn remove(map: &BaselineMap, rank: u64) -> Option<Erased> {
+        map.write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&rank)
+    }
+
     fn len(map: &BaselineMap) -> usize {
         read(map).len()
     }

@@ -45,10 +45,11 @@ tls! {
     static HANDLE: LocalHandle = COLLECTOR.register();
 }
 
-/// Pins this thread on the crate's collector. During thread teardown, once `HANDLE` is gone, a
+/// Pins this thread on the crate's collector: every epoch pin of the crate goes through here (the
+/// backend's and `RankLocal`'s scoped readers and sweeps alike, I18). During thread teardown, once `HANDLE` is gone, a
 /// temporary handle is registered for the pin (as crossbeam's own `epoch::pin` does).
 #[inline]
-fn pin() -> Guard {
+pub(crate) fn pin() -> Guard {
     HANDLE
         .try_with(LocalHandle::pin)
         .unwrap_or_else(|_| COLLECTOR.register().pin())
@@ -269,6 +270,41 @@ impl Backend for Epoch {
         // Do not strand the epoch reference in this thread's bag: a thread that inserts once
         // and then only reads would otherwise never hand it to the global queue.
         guard.flush();
+    }
+
+    fn remove(map: &EpochMap, rank: u64) -> Option<Erased> {
+        let mut w = lock(&map.writer);
+        w.replaced.clear(); // only a write that panicked midway could have left entries
+        let guard = pin();
+        // Acquire: as in `insert`.
+        let old = map.head.load(Ordering::Acquire, &guard);
+        // SAFETY: loaded under `guard` (I14, I17); only this (serialized) writer replaces it.
+        let o = unsafe { old.as_ref() }?;
+        let (mut trie, seq) = (o.v.trie, o.v.seq);
+        let new_seq = seq + 1;
+        // SAFETY: as in `insert`: the current version's nodes are alive (I13) and nothing is
+        // born at `new_seq` yet, so the copies are private to this write (I12, I16).
+        let prev = unsafe { trie.remove(rank, new_seq, &mut w.replaced) };
+        prev?;
+        let new = Box::into_raw(Box::new(EpochVersion {
+            v: Version::new(trie, new_seq),
+            refs: AtomicUsize::new(2), // published + the writer's (I17)
+        }));
+        // Release: publishes the new header and its nodes (I2).
+        map.head
+            .store(Shared::from(new.cast_const()), Ordering::Release);
+        // From the raw pointer, not from `o`: the header is freed through it (I17).
+        let Some(old) = NonNull::new(old.as_raw().cast_mut()) else {
+            unreachable!("`o` was loaded from it")
+        };
+        // SAFETY: as in `insert`: `old` is unlinked, the closure owns the epoch reference (I14,
+        // I17).
+        unsafe { guard.defer_unchecked(move || release(old)) };
+        // SAFETY: as in `insert`: `w.replaced` holds exactly the nodes of version `seq` that the
+        // new one lacks (I12); `VersionRef` is the writer's reference (I14).
+        unsafe { w.retire(seq, VersionRef(old)) };
+        guard.flush();
+        prev
     }
 
     fn len(map: &EpochMap) -> usize {

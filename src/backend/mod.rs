@@ -21,6 +21,7 @@ mod epoch;
 #[cfg(all(feature = "arc-swap", not(loom)))]
 pub use self::arc_swap::ArcSwap;
 pub use self::baseline::Baseline;
+pub(crate) use self::epoch::pin;
 pub use self::epoch::Epoch;
 
 use crate::snapshot::Erased;
@@ -87,6 +88,11 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     /// Publishes `rank -> ptr`; `rank` is absent. Callers serialize all `insert`s.
     #[doc(hidden)]
     fn insert(map: &Self::Map, rank: u64, ptr: Erased);
+
+    /// Unpublishes `rank`'s entry and returns it (the instance itself is not freed). Callers
+    /// serialize it with every `insert` (the claims mutex, I16); readers may race it.
+    #[doc(hidden)]
+    fn remove(map: &Self::Map, rank: u64) -> Option<Erased>;
 
     /// Number of entries.
     #[doc(hidden)]
