@@ -121,7 +121,8 @@
 //!   it loads the uid, the cache or the map, and holds the pin until `f` returns; so an instance it
 //!   reads was published in the map or a cache entry it may use at a time its pin already covered,
 //!   and by I32 it is freed only after the reader unpinned. `for_each` pins across the snapshot's
-//!   load and the whole visit; `get`'s slow path pins across the map load and the escape (I30).
+//!   load and the whole visit; `get`'s slow path pins across the map load and the escape (I30);
+//!   a scoped first touch pins before it publishes and sweeps (the sweep may take the instance).
 //! - **I34 (scoped cache entries)** Scoped entries are keyed by a tagged rank, so they never answer
 //!   a `get` lookup nor a `get` entry a scoped one. An *owner* entry is filled only by a thread for
 //!   its own rank while that rank is live (`identity::own_alive`), and the thread's exit hook clears
@@ -786,10 +787,13 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         }));
         let (guard, ready) = {
             let _writers = lock(&self.claims);
+            // Pinned before the sweep below may retire `p` (an exited rank's scoped instance):
+            // its deferral then waits for this pin (I32, I33).
+            let guard = crate::backend::pin();
             B::insert(&self.map, rank, p);
             // Writers sweep exited ranks' scoped-only instances, amortized (I32).
             let (_, ready) = self.sweep_locked(false);
-            (crate::backend::pin(), ready)
+            (guard, ready)
         };
         drop(claim);
         // SAFETY: batches whose grace period passed (I32); outside the claims mutex.
