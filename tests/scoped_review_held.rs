@@ -19,14 +19,31 @@ fn drops(n: usize) -> usize {
     DROPS[n].load(SeqCst)
 }
 
+/// Calls `step` until `done()` holds, for up to 20 s (a generous bound for epoch grace periods on
+/// a loaded 2-core machine, where the other tests of this binary pin the same collector): first
+/// yields, then 1 ms sleeps. Returns whether `done()` held.
+fn patiently(mut step: impl FnMut(), done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut round = 0u32;
+    while std::time::Instant::now() < deadline {
+        step();
+        if done() {
+            return true;
+        }
+        round += 1;
+        if round < 1000 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    false
+}
+
 /// Sweeps until `n` drops were seen (other tests' pins may delay the grace period).
 fn reclaim_until<const N: usize>(rl: &RankLocal<Probe<N>>, n: usize) {
-    for _ in 0..10_000 {
-        rl.reclaim_exited();
-        if drops(N) >= n {
-            return;
-        }
-        std::thread::yield_now();
+    if patiently(|| drop(rl.reclaim_exited()), || drops(N) >= n) {
+        return;
     }
     panic!("never reclaimed");
 }
@@ -142,14 +159,10 @@ fn drop_reentering_the_same_rank_local_does_not_deadlock() {
     let dead = Rank::new();
     on_behalf_of(dead.id(), || RE.with(|_| ()));
     drop(dead);
-    for _ in 0..10_000 {
-        RE.reclaim_exited();
-        if RE_DROPS.load(SeqCst) > 0 {
-            return;
-        }
-        std::thread::yield_now();
-    }
-    panic!("never reclaimed");
+    assert!(
+        patiently(|| drop(RE.reclaim_exited()), || RE_DROPS.load(SeqCst) > 0),
+        "never reclaimed"
+    );
 }
 
 static PANICKY_DROPS: AtomicUsize = AtomicUsize::new(0);
@@ -184,16 +197,16 @@ fn panicking_drop_in_sweep_and_panic_in_f() {
     }));
     assert!(r.is_err());
     let mut panics = 0;
-    for _ in 0..10_000 {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rl.reclaim_exited())) {
-            Ok(_) => {}
-            Err(_) => panics += 1,
-        }
-        if PANICKY_DROPS.load(SeqCst) >= 4 {
-            break;
-        }
-        std::thread::yield_now();
-    }
+    patiently(
+        || {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rl.reclaim_exited()))
+                .is_err()
+            {
+                panics += 1;
+            }
+        },
+        || PANICKY_DROPS.load(SeqCst) >= 4,
+    );
     assert_eq!(panics, 1, "the panicking drop propagated once");
     assert_eq!(PANICKY_DROPS.load(SeqCst), 4, "each dropped exactly once");
     assert_eq!(rl.len(), 0);
