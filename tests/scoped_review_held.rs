@@ -42,7 +42,12 @@ fn patiently(mut step: impl FnMut(), done: impl Fn() -> bool) -> bool {
 
 /// Sweeps until `n` drops were seen (other tests' pins may delay the grace period).
 fn reclaim_until<const N: usize>(rl: &RankLocal<Probe<N>>, n: usize) {
-    if patiently(|| drop(rl.reclaim_exited()), || drops(N) >= n) {
+    if patiently(
+        || {
+            rl.reclaim_exited();
+        },
+        || drops(N) >= n,
+    ) {
         return;
     }
     panic!("never reclaimed");
@@ -160,7 +165,12 @@ fn drop_reentering_the_same_rank_local_does_not_deadlock() {
     on_behalf_of(dead.id(), || RE.with(|_| ()));
     drop(dead);
     assert!(
-        patiently(|| drop(RE.reclaim_exited()), || RE_DROPS.load(SeqCst) > 0),
+        patiently(
+            || {
+                RE.reclaim_exited();
+            },
+            || RE_DROPS.load(SeqCst) > 0
+        ),
         "never reclaimed"
     );
 }
