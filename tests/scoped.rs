@@ -28,6 +28,23 @@ impl Drop for StaticCounted {
     }
 }
 
+/// Runs `step` until `done()` holds, for up to 30 s: epoch grace periods wait for every thread
+/// pinned on the crate's collector, and under TSan, Miri or a loaded 2-core machine the other tests
+/// of this binary pin it often. First yields, then 1 ms sleeps.
+fn patiently(done: impl Fn() -> bool, mut step: impl FnMut()) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut round = 0u32;
+    while !done() && std::time::Instant::now() < deadline {
+        step();
+        round += 1;
+        if round < 1000 {
+            thread::yield_now();
+        } else {
+            thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+}
+
 /// Calls `reclaim_exited` until `drops` reaches `want` (the epoch may need other test threads to
 /// unpin first); panics if it never does.
 fn reclaim_until<T: Send + Sync, B: Backend>(
@@ -35,13 +52,12 @@ fn reclaim_until<T: Send + Sync, B: Backend>(
     drops: &AtomicUsize,
     want: usize,
 ) {
-    for _ in 0..100_000 {
-        if drops.load(Ordering::SeqCst) >= want {
-            break;
-        }
-        rl.reclaim_exited();
-        thread::yield_now();
-    }
+    patiently(
+        || drops.load(Ordering::SeqCst) >= want,
+        || {
+            rl.reclaim_exited();
+        },
+    );
     assert_eq!(drops.load(Ordering::SeqCst), want);
 }
 
@@ -294,13 +310,12 @@ fn churned_threads_stay_bounded<B: Backend>() {
         max_len = max_len.max(rl.len());
     }
     // `thread::scope` returns when the closures are done, maybe before the threads' exit hooks ran
-    for _ in 0..100_000 {
-        rl.reclaim_exited();
-        if rl.is_empty() {
-            break;
-        }
-        thread::yield_now();
-    }
+    patiently(
+        || rl.is_empty(),
+        || {
+            rl.reclaim_exited();
+        },
+    );
     assert_eq!(rl.len(), 0, "every churned thread's instance was reclaimed");
     assert!(max_len <= 4 + 16 + 200, "len grew to {max_len}");
 }
