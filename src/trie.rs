@@ -614,6 +614,12 @@ pub(crate) trait Held {
     fn is_dead(&self) -> bool;
 }
 
+/// Whether a buffer of `cap` holding `len` should give half its memory back: a quarter full, and
+/// worth the bother.
+fn drained(len: usize, cap: usize) -> bool {
+    cap > 64 && len < cap / 4
+}
+
 /// A replaced node and the version that replaced it: the node is in versions `birth..death`.
 struct Garbage {
     node: NonNull<Node>,
@@ -681,6 +687,15 @@ impl<H: Held> Reclaimer<H> {
             }
             held
         });
+        // A backlog (a reader holding an old version through many writes) grows the buffers;
+        // give the memory back once it has drained. Halving at a quarter full keeps the cost
+        // amortized O(1) per retired node, and the heap follows the live garbage, not its peak.
+        if drained(self.garbage.len(), self.garbage.capacity()) {
+            self.garbage.shrink_to(self.garbage.capacity() / 2);
+        }
+        if drained(self.retired.len(), self.retired.capacity()) {
+            self.retired.shrink_to(self.retired.capacity() / 2);
+        }
     }
 
     /// Frees every replaced node at once and forgets every replaced version.
@@ -688,12 +703,14 @@ impl<H: Held> Reclaimer<H> {
     /// # Safety
     /// Exclusive access: no reader or iterator of any version of this map exists (I6).
     pub(crate) unsafe fn free_all(&mut self) {
-        self.retired.clear();
-        for g in self.garbage.drain(..) {
+        self.retired = VecDeque::new();
+        for g in std::mem::take(&mut self.garbage) {
             // SAFETY: exclusive access (I6); each garbage node is freed once (I13).
             unsafe { Node::free(g.node) };
         }
         debug_assert!(self.replaced.is_empty());
+        // the buffers go too: after a purge the heap holds the map's live entries only
+        self.replaced = Vec::new();
     }
 
     /// Replaced nodes not yet freed, and replaced versions not yet seen dead.

@@ -246,17 +246,45 @@ fn thread_churn<B: Backend>() {
     );
     assert_eq!(drops.load(Ordering::SeqCst), churned);
     assert_eq!(rl.len(), 1, "the live main thread's instance was purged");
-    for _ in 0..(if cfg!(miri) { 600 } else { 10_000 }) {
-        let _ = rl.len(); // pins: lets the collector free what the inserts retired
+    // What the inserts retired, and the epoch bookkeeping of each exited thread (a crossbeam
+    // `Local`, ~2 KiB), is freed a grace period later. The `Local`s of the last threads to exit
+    // are unlinked by this thread's next pins, and their frees wait in this thread's deferred
+    // bag until it flushes; an `Epoch` insert flushes, then pins collect. (Every backend's
+    // deferred work runs on the crate's one collector; `len` pins only on `Epoch`.) Wait
+    // patiently: a loaded machine, or the collector's other users in this binary, can hold an
+    // epoch back for a while. A leak never comes back, so the bound below still fails on one.
+    //
+    // What may stay: arc-swap's debt nodes (192 B each, one per concurrently live thread, kept
+    // for reuse by design) and a few `Local`s still in flight: ~13 KiB on ArcSwap, ~2 KiB on
+    // the others, measured. A leak of 4 B per churned thread would exceed the bound.
+    const BOUND: isize = 32 * 1024;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut after;
+    loop {
+        for _ in 0..(if cfg!(miri) { 600 } else { 10_000 }) {
+            let _ = rl.len(); // pins on Epoch: lets the collector free what the inserts retired
+        }
+        // a throwaway `Epoch` map (dropped with all it holds): its insert flushes, its `len` pins
+        let pinner = RankLocal::<u8, Epoch>::new();
+        let job = ranklocal::Rank::new();
+        on_behalf_of(job.id(), || pinner.get_or(|| 0));
+        for _ in 0..(if cfg!(miri) { 600 } else { 10_000 }) {
+            let _ = pinner.len();
+        }
+        drop((pinner, job));
+        after = LIVE_BYTES.load(Ordering::SeqCst) - before;
+        if after < BOUND || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::yield_now();
     }
-    let after = LIVE_BYTES.load(Ordering::SeqCst) - before;
     eprintln!(
         "{}: {churned} threads churned in {:.2?}; peak live heap {peak} B, after purge {after} B",
         B::NAME,
         start.elapsed()
     );
     assert!(
-        after < 64 * 1024,
+        after < BOUND,
         "{}: {after} B still live after purge",
         B::NAME
     );
