@@ -216,6 +216,16 @@ pub fn lookup_arms() -> Vec<Arm> {
         "get_for", "Mutex<HashMap>" => |w, t, i| **w.mutex.lock().unwrap().get(&rr(w, t, i).as_u64()).unwrap();
         "get_for", "dense array (append-only)" => |w, t, i| unsafe_deref(w.dense[rr(w, t, i).as_u64() as usize].load(Ordering::Acquire));
         "on_behalf_of enter+exit", "on_behalf_of" => |w, t, i| on_behalf_of(rr(w, t, i), || 1u64);
+        "owner with (scoped)", "RankLocal<Epoch>: get" => |w, t, i| *w.epoch.get();
+        "owner with (scoped)", "RankLocal<Epoch>: with" => |w, t, i| w.epoch.with(|v| *v);
+        "owner with (scoped)", "RankLocal<ArcSwap>: with" => |w, t, i| w.arc_swap.with(|v| *v);
+        "owner with (scoped)", "RankLocal<Baseline>: with" => |w, t, i| w.baseline.with(|v| *v);
+        "owner with (scoped)", "rank_local!: get" => |w, t, i| *MACRO.get();
+        "owner with (scoped)", "rank_local!: with" => |w, t, i| MACRO.with(|v| *v);
+        "delegated with_for (scoped)", "RankLocal<Epoch>: get_for" => |w, t, i| lookup(&w.epoch, rr(w, t, i));
+        "delegated with_for (scoped)", "RankLocal<Epoch>: with_for" => |w, t, i| w.epoch.with_for(rr(w, t, i), |v| *v).unwrap();
+        "delegated with_for (scoped)", "RankLocal<ArcSwap>: with_for" => |w, t, i| w.arc_swap.with_for(rr(w, t, i), |v| *v).unwrap();
+        "delegated with_for (scoped)", "RankLocal<Baseline>: with_for" => |w, t, i| w.baseline.with_for(rr(w, t, i), |v| *v).unwrap();
     }
 }
 

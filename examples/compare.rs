@@ -174,6 +174,8 @@ fn reference(group: &str) -> (&'static str, &'static str) {
         "owner get" => ("std thread_local! (floor)", "x floor"),
         "on_behalf_of enter+exit" => ("on_behalf_of", "x"),
         "get_for, cache miss" => ("RankLocal<Baseline> (baseline)", "speedup"),
+        "owner with (scoped)" => ("RankLocal<Epoch>: get", "x get"),
+        "delegated with_for (scoped)" => ("RankLocal<Epoch>: get_for", "x get_for"),
         _ => ("RankLocal<Baseline> (baseline)", "speedup"),
     }
 }

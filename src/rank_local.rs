@@ -110,7 +110,10 @@
 //! - **I31 (escaped instances are kept)** Every plain `&T` (`get`, `get_or`, `get_or_try`,
 //!   `try_get`, `get_for`, `iter`, a key's slot) and every untagged thread-cache entry is of an
 //!   ESCAPED instance, marked before it is handed out or cached. An ESCAPED instance is freed only
-//!   through `&mut` or by value, as I1 says.
+//!   through `&mut` or by value, as I1 says. `iter` marks the whole map under the claims mutex,
+//!   skipping the walk while `all_escaped` is set: it is accessed only under that mutex, cleared
+//!   by every SCOPED insert before it publishes and set after a marking walk, and states never
+//!   return to SCOPED, so while it is set every instance in the map is ESCAPED.
 //! - **I32 (retirement)** A RECLAIMING instance is freed only (a) after the sweeper, having
 //!   unpublished it, stored a fresh uid (SeqCst) and then deferred to crossbeam-epoch a closure that
 //!   sets its batch's `done` token (Release) — the collector runs it only after every thread pinned
@@ -121,8 +124,10 @@
 //!   it loads the uid, the cache or the map, and holds the pin until `f` returns; so an instance it
 //!   reads was published in the map or a cache entry it may use at a time its pin already covered,
 //!   and by I32 it is freed only after the reader unpinned. `for_each` pins across the snapshot's
-//!   load and the whole visit; `get`'s slow path pins across the map load and the escape (I30);
-//!   a scoped first touch pins before it publishes and sweeps (the sweep may take the instance).
+//!   load and the whole visit; `get`'s slow path runs the escape (I30) inside the map lookup's
+//!   protection (`Backend::get_with`: the lookup's pin, or `Baseline`'s read lock, which the
+//!   sweeper's remove waits for); a scoped first touch pins before it publishes and sweeps (the
+//!   sweep may take the instance).
 //! - **I34 (scoped cache entries)** Scoped entries are keyed by a tagged rank, so they never answer
 //!   a `get` lookup nor a `get` entry a scoped one. An *owner* entry is filled only by a thread for
 //!   its own rank while that rank is live (`identity::own_alive`), and the thread's exit hook clears
@@ -286,6 +291,10 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     /// Reclamation of scoped-only instances of exited ranks (I30-I35); locked only while
     /// `claims` is held, or with `&mut`.
     sweep: Mutex<Sweep>,
+    /// `true` when every instance in the map is ESCAPED, so `iter` need not mark any (I31).
+    /// Read and written only under the claims mutex: cleared by every SCOPED insert before it
+    /// publishes, set by `iter` after marking the map.
+    all_escaped: AtomicBool,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
     _owns: PhantomData<(T, Invariant<T>)>,
@@ -307,6 +316,7 @@ macro_rules! empty_rank_local {
                 exits_seen: 0,
                 retired: Vec::new(),
             }),
+            all_escaped: AtomicBool::new(true),
             _owns: PhantomData,
         }
     };
@@ -553,11 +563,18 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // Under the claims mutex the map cannot change (I16) and holds no RECLAIMING instance
         // (I30): mark the snapshot's instances ESCAPED, then hand out the same snapshot (I31).
         let _claims = lock(&self.claims);
-        for (_, p) in B::iter(&self.map) {
-            // SAFETY: in the map under the claims mutex: alive (I30, I32).
-            let st = unsafe { state::<T>(p) };
-            // Relaxed: as in `insert` (I30).
-            st.store(ESCAPED, Ordering::Relaxed);
+        // Relaxed: the flag is only accessed under the claims mutex, which orders it (I31).
+        if !self.all_escaped.load(Ordering::Relaxed) {
+            for (_, p) in B::iter(&self.map) {
+                // SAFETY: in the map under the claims mutex: alive (I30, I32).
+                let st = unsafe { state::<T>(p) };
+                // Relaxed: as in `insert` (I30). A load first: no write to an escaped
+                // instance's line (another thread's, most often).
+                if st.load(Ordering::Relaxed) != ESCAPED {
+                    st.store(ESCAPED, Ordering::Relaxed);
+                }
+            }
+            self.all_escaped.store(true, Ordering::Relaxed);
         }
         Iter {
             inner: B::iter(&self.map),
@@ -699,14 +716,14 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
         #[cfg(all(test, not(loom)))]
         tests::MAP_LOOKUPS.with(|n| n.set(n.get() + 1));
-        // The pin keeps `p` alive from the map load to the escape (I33).
-        let guard = crate::backend::pin();
-        let p = B::get(&self.map, rank)?;
-        // SAFETY: `p` was read from the map under `guard` (I33).
-        if !unsafe { escape::<T>(p) } {
-            return None; // being reclaimed: the rank's instance is gone (I30)
-        }
-        drop(guard);
+        // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
+        // Baseline), which keeps `p` alive from the map load to the escape (I33).
+        let p = B::get_with(&self.map, rank, |p| {
+            // SAFETY: `p` was read from the map and is protected while this runs (I33).
+            unsafe { escape::<T>(p) }.then_some(p)
+        })?;
+        // `None`: being reclaimed, the rank's instance is gone (I30)
+        let p = p?;
         if Self::cacheable(rank) {
             cache::store(self.uid(), rank, p);
         }
@@ -790,6 +807,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             // Pinned before the sweep below may retire `p` (an exited rank's scoped instance):
             // its deferral then waits for this pin (I32, I33).
             let guard = crate::backend::pin();
+            if !escaped {
+                // Relaxed: under the claims mutex, like every access to the flag (I31).
+                self.all_escaped.store(false, Ordering::Relaxed);
+            }
             B::insert(&self.map, rank, p);
             // Writers sweep exited ranks' scoped-only instances, amortized (I32).
             let (_, ready) = self.sweep_locked(false);

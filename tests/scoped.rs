@@ -170,6 +170,28 @@ fn iter_escapes_what_it_hands_out<B: Backend>() {
     assert_eq!(seen, [(id, &0)]);
 }
 
+/// `iter` skips its marking walk while every instance is already escaped; a scoped first touch
+/// after an `iter` must make the next `iter` mark again, and an instance no `iter` saw stays
+/// reclaimable.
+fn iter_marks_again_after_a_new_scoped_instance<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    rl.get_or(|| 1); // this thread's own: escaped
+    assert_eq!(rl.iter().count(), 1); // nothing to mark: the walk is skipped from now on
+    let (a, b) = (Rank::new(), Rank::new());
+    on_behalf_of(a.id(), || rl.with(|_| ())); // scoped, after that `iter`
+    let seen: Vec<RankId> = rl.iter().map(|(r, _)| r).collect(); // must mark `a`'s
+    on_behalf_of(b.id(), || rl.with(|_| ())); // scoped, no `iter` since
+    assert_eq!(seen.len(), 2);
+    drop((a, b));
+    assert_eq!(
+        rl.reclaim_exited(),
+        1,
+        "only b's instance was never handed out as a plain &T"
+    );
+    assert_eq!(rl.len(), 2);
+    assert!(seen.iter().all(|&r| rl.get_for(r).is_some()));
+}
+
 fn a_delegate_reading_while_the_rank_exits_keeps_the_value<B: Backend>() {
     let drops: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
     let rl = RankLocal::<Counted<'_>, B>::new();
@@ -418,6 +440,7 @@ macro_rules! backend_suite {
                 get_after_with_keeps_it,
                 with_after_get_keeps_it,
                 iter_escapes_what_it_hands_out,
+                iter_marks_again_after_a_new_scoped_instance,
                 a_delegate_reading_while_the_rank_exits_keeps_the_value,
                 a_delegates_cache_never_returns_a_reclaimed_instance,
                 with_inside_with,

@@ -123,6 +123,15 @@ impl Backend for ArcSwap {
         unsafe { guard.as_ref()?.get(rank) }
     }
 
+    #[inline]
+    fn get_with<R>(map: &ArcSwapMap, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R> {
+        // arc-swap's guard keeps the version's nodes alive, not the instance: pin for it (I33)
+        let guard = crate::backend::pin();
+        let r = Self::get(map, rank).map(f);
+        drop(guard);
+        r
+    }
+
     fn insert(map: &ArcSwapMap, rank: u64, ptr: Erased) {
         let mut w = lock(&map.writer);
         w.replaced.clear(); // only a write that panicked midway could have left entries

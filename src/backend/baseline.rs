@@ -62,6 +62,15 @@ impl Backend for Baseline {
         read(map).get(&rank).copied()
     }
 
+    #[inline]
+    fn get_with<R>(map: &BaselineMap, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R> {
+        let m = read(map);
+        // under the read lock: the sweeper's remove waits for it (I33)
+        let r = m.get(&rank).copied().map(f);
+        drop(m);
+        r
+    }
+
     fn insert(map: &BaselineMap, rank: u64, ptr: Erased) {
         map.write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

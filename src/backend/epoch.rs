@@ -222,6 +222,11 @@ impl Backend for Epoch {
 
     #[inline]
     fn get(map: &EpochMap, rank: u64) -> Option<Erased> {
+        Self::get_with(map, rank, |p| p)
+    }
+
+    #[inline]
+    fn get_with<R>(map: &EpochMap, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R> {
         let guard = pin();
         // Acquire: pairs with the writer's Release store, so the version, its nodes and the
         // instances they point to (initialized before publication, I2) are visible.
@@ -229,7 +234,11 @@ impl Backend for Epoch {
         // SAFETY: loaded under `guard`: the epoch reference is released only after this pin
         // ends (I14), so the header is alive (I17) and the version not dead, so its nodes are
         // alive (I13); published versions are immutable (I3, I12).
-        unsafe { v.as_ref()?.v.get(rank) }
+        let p = unsafe { v.as_ref()?.v.get(rank) }?;
+        // still pinned: the crate's collector is the sweeper's too (I18, I33)
+        let r = f(p);
+        drop(guard);
+        Some(r)
     }
 
     fn insert(map: &EpochMap, rank: u64, ptr: Erased) {

@@ -85,6 +85,15 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn get(map: &Self::Map, rank: u64) -> Option<Erased>;
 
+    /// The entry for `rank`, passed to `f` while the lookup still protects it from the sweeper
+    /// (I33): inside the lookup's own epoch pin (`Epoch`), inside a pin taken around the load
+    /// (`ArcSwap`: arc-swap's guard protects the version, not the instance), or under the read
+    /// lock (`Baseline`: the sweeper's remove takes the write lock, and it frees only what it
+    /// removed, I32). `f` must not call back into the map. Sound for any input: an `Erased` is
+    /// only a pointer, and nothing here dereferences it.
+    #[doc(hidden)]
+    fn get_with<R>(map: &Self::Map, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R>;
+
     /// Publishes `rank -> ptr`; `rank` is absent. Callers serialize all `insert`s.
     #[doc(hidden)]
     fn insert(map: &Self::Map, rank: u64, ptr: Erased);
