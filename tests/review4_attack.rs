@@ -7,7 +7,7 @@
 //! canary reads after sweeps are the use-after-free check itself.
 #![allow(missing_docs)]
 
-use ranklocal::{on_behalf_of, Backend, Baseline, Epoch, Rank, RankLocal};
+use ranklocal::{on_behalf_of, Backend, Epoch, Rank, RankLocal};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::Mutex;
@@ -258,8 +258,8 @@ macro_rules! suite {
     };
 }
 
-suite!(epoch, Epoch);
-suite!(baseline, Baseline);
+suite!(epoch, ranklocal::Epoch);
+suite!(baseline, ranklocal::Baseline);
 suite!(arc_swap, ranklocal::ArcSwap);
 
 /// The Reclaimer's buffers grow while a pinned reader stalls the epoch (every replaced version
