@@ -686,3 +686,54 @@ fn m13b_reclaim_while_scoped_reading_baseline() {
         reclaim_while_scoped_reading::<Baseline>,
     );
 }
+
+/// 13c (review 4). A delegate's plain `get_for` (the slow path escapes inside
+/// `Backend::get_with`: the lookup's pin on `Epoch`, the read lock alone on `Baseline`) races the
+/// reclamation of a dropped `Rank`'s scoped-only instance: either the reader escapes it first
+/// (then it is kept and still readable) or it sees none; never a freed one.
+fn reclaim_while_get_for<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    let job = Rank::new();
+    let id = job.id();
+    on_behalf_of(id, || rl.with(|c| c.look()));
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || rl.get_for(id).map(Canary::look))
+    };
+    drop(job);
+    let swept = rl.reclaim_exited();
+    let a = reader.join().unwrap();
+    assert!(a.is_none() || a == Some(5), "read a dropped value: {a:?}");
+    match a {
+        Some(_) => {
+            assert_eq!(swept, 0, "an escaped instance was swept");
+            assert_eq!(rl.get_for(id).map(Canary::look), Some(5));
+            outcome(1);
+        }
+        None => {
+            assert_eq!(swept, 1);
+            assert_eq!(rl.len(), 0);
+            outcome(2);
+        }
+    }
+}
+
+#[test]
+fn m13c_reclaim_while_get_for_epoch() {
+    model(
+        "m13c reclaim while a delegate get_for escapes (epoch)",
+        40_000, // 79,147 measured
+        0b11,
+        reclaim_while_get_for::<Epoch>,
+    );
+}
+
+#[test]
+fn m13d_reclaim_while_get_for_baseline() {
+    model(
+        "m13d reclaim while a delegate get_for escapes (baseline)",
+        9, // 18 measured: the reader only takes the read lock and touches the state
+        0b11,
+        reclaim_while_get_for::<Baseline>,
+    );
+}
