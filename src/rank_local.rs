@@ -1337,7 +1337,7 @@ mod tests {
     use super::*;
 
     std::thread_local! {
-        /// Map lookups (`B::get` in `lookup_slow`) made by this thread: a thread-cache hit makes
+        /// Map lookups (`B::get_with` in `lookup_slow`) made by this thread: a thread-cache hit makes
         /// none, so a count that stays put proves hits without timing anything.
         pub(super) static MAP_LOOKUPS: Cell<u64> = const { Cell::new(0) };
     }

@@ -89,8 +89,9 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     /// (I33): inside the lookup's own epoch pin (`Epoch`), inside a pin taken around the load
     /// (`ArcSwap`: arc-swap's guard protects the version, not the instance), or under the read
     /// lock (`Baseline`: the sweeper's remove takes the write lock, and it frees only what it
-    /// removed, I32). `f` must not call back into the map. Sound for any input: an `Erased` is
-    /// only a pointer, and nothing here dereferences it.
+    /// removed, I32). The crate passes only the escape CAS as `f`; an `f` that called back into
+    /// a `Baseline` map's writer would deadlock (never UB). Sound for any input: an `Erased` is
+    /// only a pointer, nothing here dereferences it, and a map built outside the crate is empty.
     #[doc(hidden)]
     fn get_with<R>(map: &Self::Map, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R>;
 

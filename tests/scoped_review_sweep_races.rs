@@ -1,4 +1,4 @@
-//! Review 4 (adversarial, scratch): `get`'s slow path escaping inside `Backend::get_with`, and
+//! Review 4 (adversarial): `get`'s slow path escaping inside `Backend::get_with`, and
 //! `iter`'s `all_escaped` skip, raced against sweeps of exited ranks' scoped instances.
 //!
 //! Detection without reading freed memory natively: every instance has a unique serial; its
