@@ -76,7 +76,7 @@ fn get_for_races_sweep<B: Backend>() {
         let job = Rank::new();
         let id = job.id();
         on_behalf_of(id, || {
-            rl.with_or_default_hack(dropped, drops);
+            rl.with_tracked(dropped, drops);
         });
         made += 1;
         let got = std::thread::scope(|s| {
@@ -115,20 +115,12 @@ fn get_for_races_sweep<B: Backend>() {
     assert_eq!(drops.load(SeqCst), made, "leak or double drop");
 }
 
-trait WithHack {
-    fn with_or_default_hack(
-        &self,
-        dropped: &'static Mutex<HashSet<u64>>,
-        drops: &'static AtomicUsize,
-    );
+trait WithTracked {
+    fn with_tracked(&self, dropped: &'static Mutex<HashSet<u64>>, drops: &'static AtomicUsize);
 }
 
-impl<B: Backend> WithHack for RankLocal<Tracked, B> {
-    fn with_or_default_hack(
-        &self,
-        dropped: &'static Mutex<HashSet<u64>>,
-        drops: &'static AtomicUsize,
-    ) {
+impl<B: Backend> WithTracked for RankLocal<Tracked, B> {
+    fn with_tracked(&self, dropped: &'static Mutex<HashSet<u64>>, drops: &'static AtomicUsize) {
         // scoped first touch with a custom init: `with` needs Default, so go through a key-less
         // path: a with_for after a scoped insert is not available; use `get_or` only for
         // escaped. Emulate with `with` via a thread-local default factory.
