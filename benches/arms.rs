@@ -38,6 +38,9 @@ rank_local! {
     pub static MACRO: u64 = 1;
 }
 
+/// A `static RankLocal` (the object form in a static), for `get` against `with`.
+pub static STATIC: RankLocal<u64> = RankLocal::new();
+
 std::thread_local! {
     /// The floor: a raw `thread_local!` holding a pointer to this thread's value.
     static RAW: Cell<*const u64> = const { Cell::new(std::ptr::null()) };
@@ -145,6 +148,7 @@ impl World {
         self.touch(RankId::this_thread());
         self.tl_crate.get_or(|| 1);
         MACRO.get();
+        STATIC.get();
         for rl in &self.several {
             rl.get_or(|| 1);
         }
@@ -220,6 +224,8 @@ pub fn lookup_arms() -> Vec<Arm> {
         "owner with (scoped)", "RankLocal<Epoch>: with" => |w, t, i| w.epoch.with(|v| *v);
         "owner with (scoped)", "RankLocal<ArcSwap>: with" => |w, t, i| w.arc_swap.with(|v| *v);
         "owner with (scoped)", "RankLocal<Baseline>: with" => |w, t, i| w.baseline.with(|v| *v);
+        "owner with (scoped)", "static RankLocal<Epoch>: get" => |w, t, i| *black_box(&STATIC).get();
+        "owner with (scoped)", "static RankLocal<Epoch>: with" => |w, t, i| black_box(&STATIC).with(|v| *v);
         "owner with (scoped)", "rank_local!: get" => |w, t, i| *MACRO.get();
         "owner with (scoped)", "rank_local!: with" => |w, t, i| MACRO.with(|v| *v);
         "delegated with_for (scoped)", "RankLocal<Epoch>: get_for" => |w, t, i| lookup(&w.epoch, rr(w, t, i));
