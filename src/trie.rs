@@ -474,6 +474,27 @@ impl Trie {
         unsafe { self.for_each_node(&mut |n| Node::free(n)) };
     }
 
+    /// Splits this trie's entries by `keep`, frees every node of it, and builds the kept ones
+    /// into a new trie at `seq` (`None` if none is kept). Returns the new trie and the removed
+    /// entries. The `&mut` paths of the snapshot backends (`clear`, `purge_exited`) rebuild so.
+    ///
+    /// # Safety
+    /// As for [`free_all`](Self::free_all): exclusive access, and the nodes are reachable from
+    /// no other live trie (I6, I13).
+    pub(crate) unsafe fn rebuild(
+        self,
+        seq: u64,
+        keep: &mut dyn FnMut(u64) -> bool,
+    ) -> (Option<Trie>, Vec<(u64, Erased)>) {
+        // SAFETY: the nodes are alive until `free_all` below (the caller's contract, I13).
+        let (kept, removed): (Vec<_>, Vec<_>) =
+            unsafe { entries(&self) }.partition(|&(k, _)| keep(k));
+        // SAFETY: the caller's contract (I6, I13); the entries were copied out above.
+        unsafe { self.free_all() };
+        let trie = (!kept.is_empty()).then(|| Trie::from_entries(kept, seq));
+        (trie, removed)
+    }
+
     /// A trie of `entries` (distinct ids), built in place at `seq` (no copies).
     pub(crate) fn from_entries(entries: impl IntoIterator<Item = (u64, Erased)>, seq: u64) -> Trie {
         let mut t = Trie::EMPTY;

@@ -9,7 +9,7 @@ use ::arc_swap::ArcSwapOption;
 use super::{Backend, Sealed};
 use crate::primitive::{fence, lock, Mutex, Ordering};
 use crate::snapshot::Erased;
-use crate::trie::{entries, Cursor, Held, Reclaimer, Trie, Version};
+use crate::trie::{Cursor, Held, Reclaimer, Trie, Version};
 
 /// Persistent-trie snapshots behind [`arc_swap::ArcSwapOption`](::arc_swap::ArcSwapOption).
 ///
@@ -183,13 +183,10 @@ impl Backend for ArcSwap {
         let Some(old) = (unsafe { map.free_everything() }) else {
             return Vec::new();
         };
-        // SAFETY: the published trie's nodes are alive: only replaced nodes were freed (I13).
-        let (kept, removed): (Vec<_>, Vec<_>) =
-            unsafe { entries(&old) }.partition(|&(k, _)| keep(k));
-        // SAFETY: exclusive access (I6); no live version shares these nodes any more.
-        unsafe { old.free_all() };
-        if !kept.is_empty() {
-            let trie = Trie::from_entries(kept, seq + 1);
+        // SAFETY: exclusive access (I6); the published trie's nodes are alive and shared by no
+        // other live version: only replaced nodes were freed (I13).
+        let (trie, removed) = unsafe { old.rebuild(seq + 1, keep) };
+        if let Some(trie) = trie {
             map.head.store(Some(Arc::new(Version::new(trie, seq + 1))));
         }
         removed

@@ -32,7 +32,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Collector, Guard, LocalHandle, Shar
 use super::{Backend, Sealed};
 use crate::primitive::{lazy_global, lock, tls, AtomicUsize, Mutex, Ordering};
 use crate::snapshot::Erased;
-use crate::trie::{entries, Cursor, Held, Reclaimer, Trie, Version};
+use crate::trie::{Cursor, Held, Reclaimer, Trie, Version};
 
 lazy_global! {
     /// The crate's own epoch collector (see the module docs): only this module defers closures
@@ -362,14 +362,10 @@ impl Backend for Epoch {
         let Some(old) = (unsafe { map.free_everything() }) else {
             return Vec::new();
         };
-        // SAFETY: the published trie's nodes are still alive: `free_everything` freed only the
-        // replaced ones and the header (I13).
-        let (kept, removed): (Vec<_>, Vec<_>) =
-            unsafe { entries(&old) }.partition(|&(k, _)| keep(k));
-        // SAFETY: exclusive access (I6); no other live version shares these nodes any more.
-        unsafe { old.free_all() };
-        if !kept.is_empty() {
-            let trie = Trie::from_entries(kept, seq + 1);
+        // SAFETY: exclusive access (I6); the published trie's nodes are alive and shared by no
+        // other live version: `free_everything` freed the replaced ones and the header (I13).
+        let (trie, removed) = unsafe { old.rebuild(seq + 1, keep) };
+        if let Some(trie) = trie {
             let new = Box::into_raw(Box::new(EpochVersion {
                 v: Version::new(trie, seq + 1),
                 refs: AtomicUsize::new(2), // published + the writer's (I17)
