@@ -27,6 +27,35 @@
 //! assert_eq!(worker.join().unwrap(), Some(1));
 //! ```
 //!
+//! # `get` or `with`: which access
+//! - [`get`](RankLocal::get) (and `get_or`, `try_get`, `get_for`, `iter`) hands out a `&T` that
+//!   lives as long as the `RankLocal`. Use it when the reference must outlive a closure. Such an
+//!   instance is kept until `&mut` access ([`purge_exited`](RankLocal::purge_exited),
+//!   [`clear`](RankLocal::clear)) or drop: a `static` used by many short-lived threads keeps one
+//!   per thread that ever touched it.
+//! - [`with`](RankLocal::with), [`with_for`](RankLocal::with_for) and
+//!   [`for_each`](RankLocal::for_each) lend the `&T` to a closure (scoped access, like
+//!   `LocalKey::with`). An instance only ever reached this way is dropped after its rank exits,
+//!   through `&self`: later first touches sweep exited ranks (amortized), and
+//!   [`reclaim_exited`](RankLocal::reclaim_exited) does it at once. Use it for state of threads
+//!   that come and go. The owner's `with` costs what `get` does (a thread-cache hit, no pin); a
+//!   delegate's `with_for` holds an epoch pin while the closure runs, so keep it short.
+//!
+//! ```
+//! use ranklocal::RankLocal;
+//!
+//! static SCRATCH: RankLocal<Vec<u8>> = RankLocal::new();
+//!
+//! let len = std::thread::spawn(|| SCRATCH.with(|buf| buf.capacity()))
+//!     .join()
+//!     .unwrap();
+//! assert_eq!(len, 0);
+//! SCRATCH.reclaim_exited(); // the exited thread's instance is dropped (first touches also do it)
+//! assert_eq!(SCRATCH.len(), 0);
+//! let mine: &Vec<u8> = SCRATCH.get(); // handed out: kept until `&mut` access or drop
+//! assert!(mine.is_empty());
+//! ```
+//!
 //! # Ranks that are not threads
 //! Every OS thread is implicitly a rank. A [`Rank`] is an owned *logical* rank — one per request,
 //! task or simulated process — with an id from the same counter ([`Rank::id`]); act as it with
