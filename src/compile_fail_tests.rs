@@ -130,7 +130,7 @@
 /// # The epoch `Iter` is not `Send`
 ///
 /// `Epoch`'s iterator used to keep the thread pinned (an epoch `Guard`, which is `!Send`). Since
-/// the trie (issue 11) it holds no pin but a count on its version header, through a raw pointer, so
+/// the persistent trie it holds no pin but a count on its version header, through a raw pointer, so
 /// it is still `!Send` by default; nothing relies on that now (releasing the count is an atomic
 /// decrement that any thread may do), so making it `Send` when `T: Sync` would be sound, and this
 /// block (only this one) is where that decision is pinned. The twin is the `Baseline` iterator,

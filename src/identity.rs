@@ -7,7 +7,7 @@
 //!
 //! The per-thread state is a `const`-initialized thread-local of plain `Cell`s with no destructor,
 //! so it can be read at any point of a thread's life, including from another thread-local's
-//! destructor while the thread exits (spec semantic 8).
+//! destructor while the thread exits.
 //!
 //! [`RankLocal::purge_exited`]: crate::RankLocal::purge_exited
 

@@ -267,6 +267,15 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     }
 }
 
+/// Re-exports for the expansion of [`rank_local!`](crate::rank_local); not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use super::{KeyStorage, RankLocalValue};
+    pub use core::cell::Cell;
+    pub use core::ptr::null;
+    pub use std::thread_local;
+}
+
 impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         core::fmt::Debug::fmt(&self.inner.0, f)

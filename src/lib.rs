@@ -179,15 +179,16 @@
 
 mod backend;
 mod cache;
+mod collector;
 #[cfg(doctest)]
 mod compile_fail_tests;
 mod delegation;
+mod erased;
 mod identity;
 #[cfg(not(loom))]
 mod key;
 mod primitive;
 mod rank_local;
-mod snapshot;
 mod trie;
 
 #[cfg(all(feature = "arc-swap", not(loom)))]
@@ -200,7 +201,8 @@ pub use crate::key::RankLocalKey;
 pub use crate::rank_local::{Iter, IterMut, RankLocal};
 
 #[doc(hidden)]
-pub use crate::primitive::__private;
+#[cfg(not(loom))]
+pub use crate::key::__private;
 
 #[doc = include_str!("../papers/design.md")]
 pub mod design {}

@@ -18,7 +18,7 @@
 #[cfg(not(loom))]
 pub(crate) use std::sync::{
     atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    Arc, Condvar, Mutex, MutexGuard, RwLock,
+    Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 /// Only the `ArcSwap` backend (feature `arc-swap`, absent under loom) needs a fence.
@@ -28,7 +28,7 @@ pub(crate) use std::sync::atomic::fence;
 #[cfg(loom)]
 pub(crate) use loom::sync::{
     atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    Arc, Condvar, Mutex, MutexGuard, RwLock,
+    Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 /// Under loom only: the trie's reclamation canaries (see `trie::Canary`).
@@ -103,18 +103,39 @@ macro_rules! tls {
 }
 pub(crate) use tls;
 
-/// Locks `m`, ignoring poisoning: every critical section in this crate leaves the protected data
-/// consistent before anything in it can panic, so a poisoned lock holds valid data.
+// Poisoning is ignored everywhere: every critical section in this crate leaves the protected data
+// consistent before anything in it can panic, so a poisoned lock holds valid data. These helpers
+// are the only places that say so.
+
+/// Locks `m`, ignoring poisoning.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Re-exports for the expansion of [`rank_local!`](crate::rank_local); not public API.
-#[doc(hidden)]
-pub mod __private {
-    #[cfg(not(loom))]
-    pub use crate::key::{KeyStorage, RankLocalValue};
-    pub use core::cell::Cell;
-    pub use core::ptr::null;
-    pub use std::thread_local;
+/// Waits on `cv` with `guard`, ignoring poisoning.
+pub(crate) fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cv.wait(guard)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The data of a mutex reached through `&mut` (no locking), ignoring poisoning.
+pub(crate) fn mutex_mut<T>(m: &mut Mutex<T>) -> &mut T {
+    m.get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Read-locks `l`, ignoring poisoning.
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Write-locks `l`, ignoring poisoning.
+pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The data of a lock reached through `&mut` (no locking), ignoring poisoning.
+pub(crate) fn rwlock_mut<T>(l: &mut RwLock<T>) -> &mut T {
+    l.get_mut()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use ::arc_swap::ArcSwapOption;
 
 use super::{Backend, Sealed};
-use crate::primitive::{fence, lock, Mutex, Ordering};
-use crate::snapshot::Erased;
-use crate::trie::{Cursor, Held, Reclaimer, Trie, Version};
+use crate::collector::pin;
+use crate::erased::Erased;
+use crate::primitive::{fence, lock, mutex_mut, Mutex, Ordering};
+use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
 
 /// Persistent-trie snapshots behind [`arc_swap::ArcSwapOption`](::arc_swap::ArcSwapOption).
 ///
@@ -38,7 +39,7 @@ pub struct ArcSwap;
 
 impl Sealed for ArcSwap {}
 
-impl Held for Arc<Version> {
+impl ReplacedVersion for Arc<Version> {
     fn is_dead(&self) -> bool {
         // arc-swap's `store` pays every reader's debt on the old pointer (turns it into a
         // strong count) before it returns, so after the swap the strong count counts every
@@ -62,27 +63,44 @@ pub struct ArcSwapMap {
 }
 
 impl ArcSwapMap {
-    /// Unpublishes the current version and frees every replaced node; returns the trie it held.
+    /// Unpublishes the current version and frees every replaced node; returns the trie it held
+    /// (its nodes are now the caller's).
     ///
     /// # Safety
     /// No reader or iterator of this map exists (I6).
-    unsafe fn free_everything(&mut self) -> Option<Trie> {
-        let w = self
-            .writer
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    unsafe fn unpublish_all(&mut self) -> Option<Trie> {
         // SAFETY: exclusive access (I6).
-        unsafe { w.free_all() };
+        unsafe { mutex_mut(&mut self.writer).free_replaced() };
         self.head.swap(None).map(|v| v.trie)
+    }
+
+    /// One write (I16), as `EpochMap::publish`: `f` changes a [`Write`] on the published
+    /// version; unless it returns `None`, the result is published and the replaced version goes
+    /// to the writer's [`Reclaimer`].
+    fn publish<R>(&self, f: impl FnOnce(&mut Write<'_, Arc<Version>>) -> Option<R>) -> Option<R> {
+        let mut w = lock(&self.writer);
+        let old = self.head.load_full();
+        let (base, seq) = old.as_ref().map_or((Trie::EMPTY, 0), |o| (o.trie, o.seq));
+        // SAFETY: the writer mutex makes this the only writer (I16); `old` is held, so its nodes
+        // are alive (I13), and every published node is born at `seq` or earlier (I12).
+        let mut write = unsafe { w.write(base, seq) };
+        let r = f(&mut write)?;
+        // SeqCst (arc-swap's): publishes the new version, its nodes and the instances (I2).
+        self.head
+            .store(Some(Arc::new(Version::new(write.trie(), write.seq()))));
+        // SAFETY: version `seq + 1` is published in place of `seq`; the writer's `Arc` tells
+        // when it is dead (I14).
+        unsafe { write.retire(old) };
+        Some(r)
     }
 }
 
 impl Drop for ArcSwapMap {
     fn drop(&mut self) {
         // SAFETY: `&mut self` — no reader or iterator exists (I6).
-        if let Some(trie) = unsafe { self.free_everything() } {
+        if let Some(trie) = unsafe { self.unpublish_all() } {
             // SAFETY: exclusive access (I6); no other live version shares its nodes (I13).
-            unsafe { trie.free_all() };
+            unsafe { trie.free_nodes() };
         }
     }
 }
@@ -126,44 +144,22 @@ impl Backend for ArcSwap {
     #[inline]
     fn get_with<R>(map: &ArcSwapMap, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R> {
         // arc-swap's guard keeps the version's nodes alive, not the instance: pin for it (I33)
-        let guard = crate::backend::pin();
+        let guard = pin();
         let r = Self::get(map, rank).map(f);
         drop(guard);
         r
     }
 
     fn insert(map: &ArcSwapMap, rank: u64, ptr: Erased) {
-        let mut w = lock(&map.writer);
-        w.replaced.clear(); // only a write that panicked midway could have left entries
-        let old = map.head.load_full();
-        let (mut trie, seq) = old.as_ref().map_or((Trie::EMPTY, 0), |o| (o.trie, o.seq));
-        // SAFETY: `old` is held, so its nodes are alive (I13); no node is born at `seq + 1`
-        // yet, so the nodes this write creates are private until the store (I12, I16).
-        let prev = unsafe { trie.insert(rank, ptr, seq + 1, &mut w.replaced) };
-        debug_assert!(prev.is_none(), "rank inserted twice");
-        // SeqCst (arc-swap's): publishes the new version, its nodes and the instance (I2).
-        map.head.store(Some(Arc::new(Version::new(trie, seq + 1))));
-        if let Some(old) = old {
-            // SAFETY: version `seq` was just replaced; `w.replaced` holds exactly its nodes that
-            // the new version lacks (I12); the writer's `Arc` tells when it is dead (I14).
-            unsafe { w.retire(seq, old) };
-        }
+        map.publish(|w| {
+            let prev = w.insert(rank, ptr);
+            debug_assert!(prev.is_none(), "rank inserted twice");
+            Some(())
+        });
     }
 
     fn remove(map: &ArcSwapMap, rank: u64) -> Option<Erased> {
-        let mut w = lock(&map.writer);
-        w.replaced.clear(); // only a write that panicked midway could have left entries
-        let old = map.head.load_full()?;
-        let (mut trie, seq) = (old.trie, old.seq);
-        // SAFETY: as in `insert`: `old` is held (I13), nothing is born at `seq + 1` yet (I12, I16).
-        let prev = unsafe { trie.remove(rank, seq + 1, &mut w.replaced) };
-        prev?;
-        // SeqCst (arc-swap's): publishes the new version (I2).
-        map.head.store(Some(Arc::new(Version::new(trie, seq + 1))));
-        // SAFETY: version `seq` was just replaced; `w.replaced` holds exactly its nodes that the
-        // new version lacks (I12); the writer's `Arc` tells when it is dead (I14).
-        unsafe { w.retire(seq, old) };
-        prev
+        map.publish(|w| w.remove(rank))
     }
 
     fn len(map: &ArcSwapMap) -> usize {
@@ -180,7 +176,7 @@ impl Backend for ArcSwap {
     fn retain(map: &mut ArcSwapMap, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
         let seq = map.head.load().as_ref().map_or(0, |v| v.seq);
         // SAFETY: `&mut` — no reader or iterator exists (I6).
-        let Some(old) = (unsafe { map.free_everything() }) else {
+        let Some(old) = (unsafe { map.unpublish_all() }) else {
             return Vec::new();
         };
         // SAFETY: exclusive access (I6); the published trie's nodes are alive and shared by no

@@ -1,12 +1,39 @@
 //! `Baseline`: the C++ design ported faithfully — one `RwLock<HashMap>`, read lock for lookups,
-//! write lock for inserts. Kept for comparison; it shares the crate's hasher ([`RankHasher`]).
+//! write lock for inserts. Kept for comparison; its map hashes rank ids with [`RankHasher`], the
+//! one-multiply hasher every map arm of the benchmarks uses too (so comparisons measure
+//! synchronization, not hashing).
 
-use core::hash::BuildHasherDefault;
+use core::hash::{BuildHasherDefault, Hasher};
 use std::collections::HashMap;
 
 use super::{Backend, Sealed};
-use crate::primitive::RwLock;
-use crate::snapshot::{Erased, RankHasher};
+use crate::erased::Erased;
+use crate::primitive::{read, rwlock_mut, write, RwLock};
+
+/// Multiplier for Fibonacci hashing: 2^64 / golden ratio, odd.
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A `Hasher` for `u64` rank ids: one multiply by an odd constant (Fibonacci hashing).
+#[derive(Default, Clone, Copy)]
+pub struct RankHasher(u64);
+
+impl Hasher for RankHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for non-u64 keys, which this crate never hashes; fold bytes for totality.
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(GOLDEN);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key.wrapping_mul(GOLDEN);
+    }
+}
 
 /// `RwLock<HashMap>` backend: the C++ `shared_mutex` + `unordered_map` design, for comparison.
 ///
@@ -34,13 +61,6 @@ pub struct Baseline;
 pub type BaselineMap = RwLock<HashMap<u64, Erased, BuildHasherDefault<RankHasher>>>;
 
 impl Sealed for Baseline {}
-
-fn read(
-    map: &BaselineMap,
-) -> impl core::ops::Deref<Target = HashMap<u64, Erased, BuildHasherDefault<RankHasher>>> + '_ {
-    map.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 impl Backend for Baseline {
     const NAME: &'static str = "baseline";
@@ -72,15 +92,11 @@ impl Backend for Baseline {
     }
 
     fn insert(map: &BaselineMap, rank: u64, ptr: Erased) {
-        map.write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(rank, ptr);
+        write(map).insert(rank, ptr);
     }
 
     fn remove(map: &BaselineMap, rank: u64) -> Option<Erased> {
-        map.write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&rank)
+        write(map).remove(&rank)
     }
 
     fn len(map: &BaselineMap) -> usize {
@@ -95,9 +111,7 @@ impl Backend for Baseline {
     }
 
     fn retain(map: &mut BaselineMap, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
-        let map = map
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = rwlock_mut(map);
         let gone: Vec<u64> = map.keys().copied().filter(|&k| !keep(k)).collect();
         let removed = gone
             .into_iter()

@@ -14,46 +14,18 @@
 //!   anything else in the process.
 //! - Exclusive access (`&mut`): no reader can exist, so everything is freed at once.
 //!
-//! # The crate's own collector
-//! Every pin here is of [`COLLECTOR`], a crossbeam-epoch `Collector` of this crate's own, not of
-//! crossbeam's process-wide default one. Pinning or flushing may run deferred closures on the
-//! pinning thread; with the default collector those include closures any other crate deferred,
-//! and one that first-touched a `RankLocal` would run *inside* its writer, which holds the claims
-//! mutex, and deadlock (found in review; `tests/deferred.rs`). Our collector only ever runs the
-//! closures below, which release a version header and run no user code (I18). A side effect: a
-//! thread pinned forever on crossbeam's default collector (another crate's long-held guard) no
-//! longer stops this crate's reclamation.
+//! Every pin here is of the crate's own collector ([`crate::collector`], I18).
 
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crossbeam_epoch::{self as epoch, Atomic, Collector, Guard, LocalHandle, Shared};
+use crossbeam_epoch::{self as epoch, Atomic, Shared};
 
 use super::{Backend, Sealed};
-use crate::primitive::{lazy_global, lock, tls, AtomicUsize, Mutex, Ordering};
-use crate::snapshot::Erased;
-use crate::trie::{Cursor, Held, Reclaimer, Trie, Version};
-
-lazy_global! {
-    /// The crate's own epoch collector (see the module docs): only this module defers closures
-    /// to it, and they run no user code (I18).
-    static COLLECTOR: Collector = Collector::new();
-}
-
-tls! {
-    /// This thread's handle on [`COLLECTOR`], registered on first use.
-    static HANDLE: LocalHandle = COLLECTOR.register();
-}
-
-/// Pins this thread on the crate's collector: every epoch pin of the crate goes through here (the
-/// backend's and `RankLocal`'s scoped readers and sweeps alike, I18). During thread teardown, once `HANDLE` is gone, a
-/// temporary handle is registered for the pin (as crossbeam's own `epoch::pin` does).
-#[inline]
-pub(crate) fn pin() -> Guard {
-    HANDLE
-        .try_with(LocalHandle::pin)
-        .unwrap_or_else(|_| COLLECTOR.register().pin())
-}
+use crate::collector::pin;
+use crate::erased::Erased;
+use crate::primitive::{lock, mutex_mut, AtomicUsize, Mutex, Ordering};
+use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
 
 /// Persistent-trie snapshots reclaimed through crossbeam-epoch (the default backend).
 ///
@@ -99,14 +71,14 @@ unsafe fn release(v: NonNull<EpochVersion>) {
     }
 }
 
-/// The writer's reference to a replaced version ([`Held`]).
+/// The writer's reference to a replaced version ([`ReplacedVersion`]).
 struct VersionRef(NonNull<EpochVersion>);
 
 // SAFETY: a counted reference to an immutable header (I3, I17); releasing it from any thread is
 // what the count is for.
 unsafe impl Send for VersionRef {}
 
-impl Held for VersionRef {
+impl ReplacedVersion for VersionRef {
     fn is_dead(&self) -> bool {
         // SAFETY: this reference keeps the header alive (I17).
         let refs = unsafe { &self.0.as_ref().refs };
@@ -132,17 +104,14 @@ pub struct EpochMap {
 }
 
 impl EpochMap {
-    /// Frees the published version and every replaced node (exclusive access).
+    /// Unpublishes the current version and frees every replaced node; returns the published trie
+    /// (its nodes are now the caller's).
     ///
     /// # Safety
     /// No reader or iterator of this map exists (I6).
-    unsafe fn free_everything(&mut self) -> Option<Trie> {
-        let w = self
-            .writer
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    unsafe fn unpublish_all(&mut self) -> Option<Trie> {
         // SAFETY: exclusive access (I6): no version of this map can be read any more.
-        unsafe { w.free_all() };
+        unsafe { mutex_mut(&mut self.writer).free_replaced() };
         // SAFETY: exclusive access (I6); `unprotected` is enough without concurrent readers.
         let head = unsafe {
             // Relaxed: `&mut self` was handed over with a happens-before edge already.
@@ -156,15 +125,57 @@ impl EpochMap {
         let v = unsafe { Box::from_raw(head.as_ptr()) };
         Some(v.v.trie)
     }
+
+    /// One write (I16): begins a [`Write`] on the published version, lets `f` change it, and
+    /// publishes the result unless `f` returns `None` (then nothing was changed); the replaced
+    /// version's epoch reference goes to the collector and the version itself to the writer's
+    /// [`Reclaimer`].
+    fn publish<R>(&self, f: impl FnOnce(&mut Write<'_, VersionRef>) -> Option<R>) -> Option<R> {
+        let mut w = lock(&self.writer);
+        let guard = pin();
+        // Relaxed would do (writers are serialized by the writer mutex, which orders them),
+        // Acquire keeps the reasoning local: we read the nodes we copy.
+        let old = self.head.load(Ordering::Acquire, &guard);
+        // SAFETY: loaded under `guard` (I14, I17); only this (serialized) writer replaces it.
+        let (base, seq) = unsafe { old.as_ref() }.map_or((Trie::EMPTY, 0), |o| (o.v.trie, o.v.seq));
+        // SAFETY: the writer mutex makes this the only writer (I16); the current version's nodes
+        // are alive (I13) and every published node is born at `seq` or earlier (I12).
+        let mut write = unsafe { w.write(base, seq) };
+        let r = f(&mut write)?;
+        let new = Box::into_raw(Box::new(EpochVersion {
+            v: Version::new(write.trie(), write.seq()),
+            refs: AtomicUsize::new(2), // published + the writer's (I17)
+        }));
+        // Release: publishes the new header, its nodes and the instances they point to (I2).
+        self.head
+            .store(Shared::from(new.cast_const()), Ordering::Release);
+        // From the raw pointer: the header is freed through it (I17).
+        let old = NonNull::new(old.as_raw().cast_mut());
+        if let Some(old) = old {
+            // SAFETY: `old` is unlinked: `head` no longer points to it and nothing can re-publish
+            // it, so only threads pinned now can hold it; the collector runs the closure after
+            // they all unpinned (I14). The closure owns the epoch reference and gives it up
+            // (I17); it touches only the header, which that reference keeps alive, and runs no
+            // user code, so running it inside any pin or flush of our collector is harmless (I18).
+            unsafe { guard.defer_unchecked(move || release(old)) };
+        }
+        // SAFETY: version `seq + 1` is published in place of `seq`; `VersionRef` is the writer's
+        // reference and tells when it is dead (I14).
+        unsafe { write.retire(old.map(VersionRef)) };
+        // Do not strand the epoch reference in this thread's bag: a thread that inserts once
+        // and then only reads would otherwise never hand it to the global queue.
+        guard.flush();
+        Some(r)
+    }
 }
 
 impl Drop for EpochMap {
     fn drop(&mut self) {
         // SAFETY: `&mut self` — no reader or iterator exists (I6).
-        if let Some(trie) = unsafe { self.free_everything() } {
+        if let Some(trie) = unsafe { self.unpublish_all() } {
             // SAFETY: exclusive access (I6); the published trie's nodes are reachable from no
             // other live version (the replaced ones were freed above, I13).
-            unsafe { trie.free_all() };
+            unsafe { trie.free_nodes() };
         }
     }
 }
@@ -242,78 +253,15 @@ impl Backend for Epoch {
     }
 
     fn insert(map: &EpochMap, rank: u64, ptr: Erased) {
-        let mut w = lock(&map.writer);
-        w.replaced.clear(); // only a write that panicked midway could have left entries
-        let guard = pin();
-        // Relaxed would do (writers are serialized by the writer mutex, which orders them),
-        // Acquire keeps the reasoning local: we read the nodes we copy.
-        let old = map.head.load(Ordering::Acquire, &guard);
-        // SAFETY: loaded under `guard` (I14, I17); only this (serialized) writer replaces it.
-        let (mut trie, seq) =
-            unsafe { old.as_ref() }.map_or((Trie::EMPTY, 0), |o| (o.v.trie, o.v.seq));
-        let new_seq = seq + 1;
-        // SAFETY: the current version's nodes are alive (I13); no node is born at `new_seq` yet
-        // (every published node is born at `seq` or earlier), so the nodes this write creates
-        // are private to it until the store below (I12, I16).
-        let prev = unsafe { trie.insert(rank, ptr, new_seq, &mut w.replaced) };
-        debug_assert!(prev.is_none(), "rank inserted twice");
-        let new = Box::into_raw(Box::new(EpochVersion {
-            v: Version::new(trie, new_seq),
-            refs: AtomicUsize::new(2), // published + the writer's (I17)
-        }));
-        // Release: publishes the new header, its nodes and the instance behind `ptr` (I2).
-        map.head
-            .store(Shared::from(new.cast_const()), Ordering::Release);
-        if let Some(old) = NonNull::new(old.as_raw().cast_mut()) {
-            // SAFETY: `old` is unlinked: `head` no longer points to it and nothing can re-publish
-            // it, so only threads pinned now can hold it; the collector runs the closure after
-            // they all unpinned (I14). The closure owns the epoch reference and gives it up
-            // (I17); it touches only the header, which that reference keeps alive, and runs no
-            // user code, so running it inside any pin or flush of our collector is harmless (I18).
-            unsafe { guard.defer_unchecked(move || release(old)) };
-            // SAFETY: version `seq` was just replaced by `new_seq`; `w.replaced` holds exactly
-            // the nodes of it that the new version lacks (I12); `VersionRef` is the writer's
-            // reference and tells when it is dead (I14).
-            unsafe { w.retire(seq, VersionRef(old)) };
-        }
-        // Do not strand the epoch reference in this thread's bag: a thread that inserts once
-        // and then only reads would otherwise never hand it to the global queue.
-        guard.flush();
+        map.publish(|w| {
+            let prev = w.insert(rank, ptr);
+            debug_assert!(prev.is_none(), "rank inserted twice");
+            Some(())
+        });
     }
 
     fn remove(map: &EpochMap, rank: u64) -> Option<Erased> {
-        let mut w = lock(&map.writer);
-        w.replaced.clear(); // only a write that panicked midway could have left entries
-        let guard = pin();
-        // Acquire: as in `insert`.
-        let old = map.head.load(Ordering::Acquire, &guard);
-        // SAFETY: loaded under `guard` (I14, I17); only this (serialized) writer replaces it.
-        let o = unsafe { old.as_ref() }?;
-        let (mut trie, seq) = (o.v.trie, o.v.seq);
-        let new_seq = seq + 1;
-        // SAFETY: as in `insert`: the current version's nodes are alive (I13) and nothing is
-        // born at `new_seq` yet, so the copies are private to this write (I12, I16).
-        let prev = unsafe { trie.remove(rank, new_seq, &mut w.replaced) };
-        prev?;
-        let new = Box::into_raw(Box::new(EpochVersion {
-            v: Version::new(trie, new_seq),
-            refs: AtomicUsize::new(2), // published + the writer's (I17)
-        }));
-        // Release: publishes the new header and its nodes (I2).
-        map.head
-            .store(Shared::from(new.cast_const()), Ordering::Release);
-        // From the raw pointer, not from `o`: the header is freed through it (I17).
-        let Some(old) = NonNull::new(old.as_raw().cast_mut()) else {
-            unreachable!("`o` was loaded from it")
-        };
-        // SAFETY: as in `insert`: `old` is unlinked, the closure owns the epoch reference (I14,
-        // I17).
-        unsafe { guard.defer_unchecked(move || release(old)) };
-        // SAFETY: as in `insert`: `w.replaced` holds exactly the nodes of version `seq` that the
-        // new one lacks (I12); `VersionRef` is the writer's reference (I14).
-        unsafe { w.retire(seq, VersionRef(old)) };
-        guard.flush();
-        prev
+        map.publish(|w| w.remove(rank))
     }
 
     fn len(map: &EpochMap) -> usize {
@@ -359,11 +307,11 @@ impl Backend for Epoch {
             return Vec::new();
         };
         // SAFETY: `&mut` — no reader or iterator exists (I6).
-        let Some(old) = (unsafe { map.free_everything() }) else {
+        let Some(old) = (unsafe { map.unpublish_all() }) else {
             return Vec::new();
         };
         // SAFETY: exclusive access (I6); the published trie's nodes are alive and shared by no
-        // other live version: `free_everything` freed the replaced ones and the header (I13).
+        // other live version: `unpublish_all` freed the replaced ones and the header (I13).
         let (trie, removed) = unsafe { old.rebuild(seq + 1, keep) };
         if let Some(trie) = trie {
             let new = Box::into_raw(Box::new(EpochVersion {

@@ -21,10 +21,9 @@ mod epoch;
 #[cfg(all(feature = "arc-swap", not(loom)))]
 pub use self::arc_swap::ArcSwap;
 pub use self::baseline::Baseline;
-pub(crate) use self::epoch::pin;
 pub use self::epoch::Epoch;
 
-use crate::snapshot::Erased;
+use crate::erased::Erased;
 
 mod sealed {
     pub trait Sealed {}
@@ -100,7 +99,7 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     fn insert(map: &Self::Map, rank: u64, ptr: Erased);
 
     /// Unpublishes `rank`'s entry and returns it (the instance itself is not freed). Callers
-    /// serialize it with every `insert` (the claims mutex, I16); readers may race it.
+    /// serialize it with every `insert` (the `RankLocal`'s writer lock, I16); readers may race it.
     #[doc(hidden)]
     fn remove(map: &Self::Map, rank: u64) -> Option<Erased>;
 

@@ -1,0 +1,119 @@
+//! First touch: the init protocol (`init` runs at most once per rank, with no lock held) and
+//! publication (I2, I16).
+//!
+//! Writers serialize on the `RankLocal`'s writer lock, which readers never take. Under it a
+//! writer re-checks the map and *claims* the rank by recording `(rank, thread)`; then it drops
+//! the lock and runs `init` with no lock held, so a slow `init` delays no reader and no writer of
+//! another rank. A second thread wanting the same rank waits on a condvar for the claim to end
+//! (`init` runs at most once); the *same* thread wanting it again is a reentrant `init`, and
+//! panics with a clear message instead of deadlocking. When `init` returns, the writer re-takes
+//! the lock, publishes, and ends the claim; if `init` panics or errs, a drop guard ends the claim
+//! and nothing is inserted, so the next call tries again.
+
+use crossbeam_epoch::Guard;
+
+use super::instance::{InstancePtr, ESCAPED, SCOPED};
+use super::reclaim::{free_batches, SweepWhen};
+use super::RankLocal;
+use crate::backend::Backend;
+use crate::collector::pin;
+use crate::identity::{self, RankId};
+use crate::primitive::{lock, wait, Ordering};
+
+/// A rank whose `init` is running, and the OS thread (its own rank id) running it.
+pub(super) struct Claim {
+    rank: u64,
+    thread: u64,
+}
+
+/// How a first touch hands its instance out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    /// As a plain `&T` (`get` and friends): the instance is ESCAPED, kept until `&mut` (I31).
+    Escaped,
+    /// To a closure (`with`): the instance stays SCOPED, reclaimable after its rank exits (I30).
+    Scoped,
+}
+
+/// Ends a claim when dropped (normal return, error or unwind) and wakes waiters.
+struct ClaimGuard<'a, T: Send + Sync, B: Backend> {
+    rl: &'a RankLocal<T, B>,
+    rank: u64,
+}
+
+impl<T: Send + Sync, B: Backend> Drop for ClaimGuard<'_, T, B> {
+    fn drop(&mut self) {
+        lock(&self.rl.writer).claims.retain(|c| c.rank != self.rank);
+        self.rl.claim_ended.notify_all();
+    }
+}
+
+impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+    /// First touch of `rank` (step 3 of a lookup): the init protocol in the module docs. Returns
+    /// the instance, ESCAPED for [`Access::Escaped`] (I31), and a pin taken under the writer
+    /// lock, so no sweep can have retired the instance before it (I33).
+    pub(super) fn insert<E>(
+        &self,
+        rank: u64,
+        init: impl FnOnce() -> Result<T, E>,
+        access: Access,
+    ) -> Result<(InstancePtr<T>, Guard), E> {
+        let me = identity::own_raw();
+        let mut w = lock(&self.writer);
+        loop {
+            if let Some(p) = B::get(&self.map, rank) {
+                // published by another thread meanwhile
+                // SAFETY: an instance of this map (I5); in the map under the writer lock, so not
+                // RECLAIMING and alive (I30, I32).
+                let p = unsafe { InstancePtr::<T>::new(p) };
+                if access == Access::Escaped {
+                    // SAFETY: as just said (I30, I32).
+                    let st = unsafe { p.state() };
+                    // Relaxed: under the lock the state is SCOPED or ESCAPED and only moves to
+                    // ESCAPED (I30); the lock orders it before any later sweep.
+                    st.store(ESCAPED, Ordering::Relaxed);
+                }
+                return Ok((p, pin()));
+            }
+            match w.claims.iter().find(|c| c.rank == rank) {
+                None => break,
+                Some(c) if c.thread == me => {
+                    drop(w);
+                    panic!(
+                        "ranklocal: reentrant initialization: the init of {} on this RankLocal \
+                         asked for the same rank's instance (get/get_or from inside its own init)",
+                        RankId::from_raw(rank)
+                    );
+                }
+                Some(_) => w = wait(&self.claim_ended, w),
+            }
+        }
+        w.claims.push(Claim { rank, thread: me });
+        drop(w);
+
+        let claim = ClaimGuard { rl: self, rank };
+        let value = init()?; // on panic or error, `claim` ends the claim; nothing is inserted
+        let state = match access {
+            Access::Escaped => ESCAPED,
+            Access::Scoped => SCOPED,
+        };
+        let p = InstancePtr::alloc(value, state);
+        let (guard, ready) = {
+            let mut w = lock(&self.writer);
+            // Pinned before the sweep below may retire `p` (an exited rank's scoped instance):
+            // its deferral then waits for this pin (I32, I33).
+            let guard = pin();
+            if access == Access::Scoped {
+                w.all_escaped = false; // before publishing (I31)
+            }
+            B::insert(&self.map, rank, p.erased());
+            // Writers sweep exited ranks' scoped-only instances, amortized (I32).
+            let (_, ready) = self.sweep(&mut w, SweepWhen::Due);
+            (guard, ready)
+        };
+        drop(claim);
+        // SAFETY: batches whose grace period passed (I32); outside the writer lock.
+        unsafe { free_batches::<T>(ready) };
+        Ok((p, guard))
+    }
+}

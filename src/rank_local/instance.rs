@@ -1,0 +1,178 @@
+//! One instance: its allocation (I1), the typed pointer every lookup hands out through (I5), its
+//! state machine (I30, I31), and dropping removed instances so that a panicking `T::drop` does
+//! not stop the others (I10).
+
+use core::marker::PhantomData;
+use core::ptr::NonNull;
+
+use crate::erased::Erased;
+use crate::primitive::{AtomicUsize, Ordering};
+
+/// State of an instance no plain `&T` was handed out for: it may be reclaimed once its rank
+/// exited (I30).
+pub(super) const SCOPED: usize = 0;
+/// State of an instance a plain `&T` was handed out for: kept until `&mut` or drop (I30, I31).
+pub(super) const ESCAPED: usize = 1;
+/// State of an instance the sweeper took: unpublished, freed after a grace period (I30, I32).
+pub(super) const RECLAIMING: usize = 2;
+
+/// One allocation per instance (I1, I5): the value first (`repr(C)`: a pointer to the `Instance`
+/// is a pointer to its `T`, so caches and slots hand out `&T` by a plain cast) and its state (I30).
+#[repr(C)]
+struct Instance<T> {
+    value: T,
+    state: AtomicUsize,
+}
+
+/// A pointer to an `Instance<T>` of a `RankLocal<T, _>`'s map: an [`Erased`] typed back. Building
+/// one is where I5 is relied on, once; what it points to stays alive as long as the caller's
+/// protection says (a pin, the writer lock, an escape, `&mut`).
+pub(super) struct InstancePtr<T> {
+    p: NonNull<Instance<T>>,
+    _t: PhantomData<*const T>,
+}
+
+impl<T> Clone for InstancePtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for InstancePtr<T> {}
+
+impl<T> InstancePtr<T> {
+    /// A fresh instance of `value` in state `state`, not yet published (I1).
+    pub(super) fn alloc(value: T, state: usize) -> Self {
+        let p = Erased::new(Box::new(Instance {
+            value,
+            state: AtomicUsize::new(state),
+        }));
+        InstancePtr {
+            p: p.as_ptr(),
+            _t: PhantomData,
+        }
+    }
+
+    /// Types back a pointer read from a map or a cache entry.
+    ///
+    /// # Safety
+    /// `p` points to an `Instance<T>` allocated by [`alloc`](Self::alloc) for a `RankLocal<T, _>`
+    /// of exactly this `T` (I5, I9).
+    #[inline]
+    pub(super) unsafe fn new(p: Erased) -> Self {
+        InstancePtr {
+            p: p.as_ptr(),
+            _t: PhantomData,
+        }
+    }
+
+    /// The pointer as maps and caches hold it.
+    #[inline]
+    pub(super) fn erased(self) -> Erased {
+        Erased::from_non_null(self.p.cast())
+    }
+
+    /// The value.
+    ///
+    /// # Safety
+    /// The instance is alive for `'a` and no `&mut T` to it exists meanwhile (I1, and the
+    /// caller's protection: escaped, pinned, or `&self` while nothing can free it).
+    #[inline]
+    pub(super) unsafe fn value<'a>(self) -> &'a T {
+        // SAFETY: the caller's contract (I1); `Instance` is `repr(C)` with the `T` first (I5).
+        unsafe { self.p.cast::<T>().as_ref() }
+    }
+
+    /// The value, mutably.
+    ///
+    /// # Safety
+    /// The instance is alive for `'a` and nothing else refers to it meanwhile (I6).
+    pub(super) unsafe fn value_mut<'a>(self) -> &'a mut T {
+        // SAFETY: the caller's contract (I6); `Instance` is `repr(C)` with the `T` first (I5).
+        unsafe { self.p.cast::<T>().as_mut() }
+    }
+
+    /// The instance's state (I30).
+    ///
+    /// # Safety
+    /// The instance is alive for `'a`: protected by a pin or the writer lock as I32/I33 say, or
+    /// escaped (I31).
+    #[inline]
+    pub(super) unsafe fn state<'a>(self) -> &'a AtomicUsize {
+        // SAFETY: the caller's contract (I32, I33); only the atomic is referenced.
+        unsafe { &(*self.p.as_ptr()).state }
+    }
+
+    /// Moves the instance to ESCAPED unless it is being reclaimed; `false` if it is (the caller
+    /// then treats the rank's instance as absent) (I30, I31).
+    ///
+    /// # Safety
+    /// As for [`state`](Self::state): the instance is protected while this runs.
+    #[inline]
+    pub(super) unsafe fn escape(self) -> bool {
+        // SAFETY: the caller's contract (I32, I33).
+        let st = unsafe { self.state() };
+        // Acquire/Relaxed: the state carries no data (the instance was published under I2); what
+        // matters is that exactly one of this CAS and the sweeper's succeeds (I30), which is a
+        // property of the single modification order of `state`, whatever the orderings.
+        match st.load(Ordering::Acquire) {
+            ESCAPED => true,
+            RECLAIMING => false,
+            _ => match st.compare_exchange(SCOPED, ESCAPED, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => true,
+                Err(now) => now == ESCAPED,
+            },
+        }
+    }
+
+    /// Moves the value out and frees the allocation.
+    ///
+    /// # Safety
+    /// The instance is alive, unpublished, and no reference to it is left (I6); this is its only
+    /// release.
+    pub(super) unsafe fn into_value(self) -> T {
+        // SAFETY: allocated as a `Box<Instance<T>>` by `alloc` (I5); the caller's contract.
+        unsafe { Box::from_raw(self.p.as_ptr()) }.value
+    }
+
+    /// Drops the value and frees the allocation.
+    ///
+    /// # Safety
+    /// As for [`into_value`](Self::into_value).
+    pub(super) unsafe fn free(self) {
+        // SAFETY: allocated as a `Box<Instance<T>>` by `alloc` (I5); the caller's contract.
+        drop(unsafe { Box::from_raw(self.p.as_ptr()) });
+    }
+}
+
+/// Frees every instance in `entries`, each exactly once, even if a `T::drop` panics (I10): the
+/// rest are still dropped, then the first panic propagates (a second one aborts, as in std).
+///
+/// # Safety
+/// Every entry is an instance of a `RankLocal<T, _>`'s map (I5) that was removed from it, with no
+/// reference to it left (I6, I4).
+pub(super) unsafe fn drop_all<T>(entries: Vec<(u64, Erased)>) {
+    /// On unwind out of one instance's drop, frees the instances not yet freed (I10).
+    struct FreeRest<'a, T> {
+        rest: &'a mut std::vec::IntoIter<(u64, Erased)>,
+        _t: PhantomData<T>,
+    }
+    impl<T> Drop for FreeRest<'_, T> {
+        fn drop(&mut self) {
+            for (_, p) in &mut *self.rest {
+                // SAFETY: an entry of `drop_all`'s argument, not yet freed: the iterator yields
+                // each once (I10), and the caller's contract covers it (I5, I6).
+                unsafe { InstancePtr::<T>::new(p).free() };
+            }
+        }
+    }
+    let mut entries = entries.into_iter();
+    while let Some((_, p)) = entries.next() {
+        let guard = FreeRest::<T> {
+            rest: &mut entries,
+            _t: PhantomData,
+        };
+        // SAFETY: as for `FreeRest::drop`: the caller's contract (I5, I6), each entry once (I10).
+        unsafe { InstancePtr::<T>::new(p).free() };
+        core::mem::forget(guard);
+    }
+}

@@ -1,0 +1,204 @@
+//! Iteration: `iter` (one snapshot; marks what it hands out ESCAPED, I31), `iter_mut` and
+//! `into_iter` (exclusive access, I6), and the iterator types.
+
+use core::marker::PhantomData;
+
+use super::instance::{InstancePtr, ESCAPED};
+use super::RankLocal;
+use crate::backend::Backend;
+use crate::identity::RankId;
+use crate::primitive::{lock, Ordering};
+
+impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+    /// Every `(rank, instance)`, from one consistent snapshot taken when called (ranks inserted
+    /// later are not seen). Order is unspecified (ascending rank on `Epoch` and `ArcSwap`). The
+    /// iterator keeps its own snapshot alive by a count, not by an epoch pin, so a long-lived
+    /// iterator does not stop reclamation elsewhere in the process.
+    ///
+    /// `&RankLocal` is `IntoIterator` too: `for (rank, v) in &rl` is `rl.iter()`.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let rl: RankLocal<u64> = RankLocal::new();
+    /// let (a, b) = (Rank::new(), Rank::new());
+    /// for r in [&a, &b] {
+    ///     on_behalf_of(r.id(), || rl.get_or(|| r.id().as_u64() * 10));
+    /// }
+    /// let mut seen: Vec<_> = rl.iter().map(|(rank, v)| (rank, *v)).collect();
+    /// seen.sort(); // order is unspecified
+    /// assert_eq!(seen, [(a.id(), a.id().as_u64() * 10), (b.id(), b.id().as_u64() * 10)]);
+    /// assert!((&rl).into_iter().all(|(rank, v)| *v == rank.as_u64() * 10));
+    /// ```
+    pub fn iter(&self) -> Iter<'_, T, B> {
+        // Under the writer lock the map cannot change (I16) and holds no RECLAIMING instance
+        // (I30): mark the snapshot's instances ESCAPED, then hand out the same snapshot (I31).
+        let mut w = lock(&self.writer);
+        if !w.all_escaped {
+            for (_, p) in B::iter(&self.map) {
+                // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
+                // I32).
+                let st = unsafe { InstancePtr::<T>::new(p).state() };
+                // Relaxed: as in `insert` (I30). A load first: no write to an escaped
+                // instance's line (another thread's, most often).
+                if st.load(Ordering::Relaxed) != ESCAPED {
+                    st.store(ESCAPED, Ordering::Relaxed);
+                }
+            }
+            w.all_escaped = true;
+        }
+        Iter {
+            inner: B::iter(&self.map),
+            _rl: PhantomData,
+        }
+    }
+
+    /// Every `(rank, &mut instance)`.
+    ///
+    /// `&mut RankLocal` is `IntoIterator` too: `for (rank, v) in &mut rl` is `rl.iter_mut()`.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let mut totals: RankLocal<u64> = RankLocal::new();
+    /// totals.get_or(|| 40);
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || totals.get_or(|| 1));
+    /// for (_, total) in totals.iter_mut() {
+    ///     *total += 1; // no lock: `&mut self` excludes every other user
+    /// }
+    /// for (_, total) in &mut totals {
+    ///     *total += 1;
+    /// }
+    /// assert_eq!(totals.try_get(), Some(&42));
+    /// assert_eq!(totals.get_for(job.id()), Some(&3));
+    /// ```
+    pub fn iter_mut(&mut self) -> IterMut<'_, T, B> {
+        IterMut {
+            inner: B::iter(&self.map),
+            _rl: PhantomData,
+        }
+    }
+}
+
+/// Iterator over `(rank, &instance)` from one snapshot; see [`RankLocal::iter`].
+///
+/// *Covariant* in `T` (like `core::slice::Iter`): it only hands out `&'a T`s of instances that
+/// already exist and can insert nothing, so reading a `&'a &'static str` as a `&'a &'short str`
+/// is a plain subtyping of what it yields (I9). It borrows the `RankLocal` for `'a`. `Send` only
+/// if the backend's iterator is: the `Epoch` one holds a raw pointer to its version header (a
+/// count, not a pin, I15), so it is `!Send`.
+///
+/// ```
+/// use ranklocal::{Iter, RankId, RankLocal};
+///
+/// let rl: RankLocal<&'static str> = RankLocal::new();
+/// rl.get_or(|| "hello");
+/// let it: Iter<'_, &'static str, ranklocal::Epoch> = rl.iter();
+/// assert_eq!(it.collect::<Vec<_>>(), [(RankId::current(), &"hello")]);
+/// // a rank inserted after `iter` was called is not seen by it (one snapshot)
+/// let mut it = rl.iter();
+/// let job = ranklocal::Rank::new();
+/// ranklocal::on_behalf_of(job.id(), || rl.get_or(|| "later"));
+/// assert_eq!(it.count(), 1);
+/// assert_eq!(rl.iter().count(), 2);
+/// ```
+pub struct Iter<'a, T, B: Backend> {
+    inner: B::Iter<'a>,
+    _rl: PhantomData<(&'a T, &'a B)>,
+}
+
+impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
+    type Item = (RankId, &'a T);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let (rank, p) = self.inner.next()?;
+        // SAFETY: an instance of the borrowed `RankLocal` (I5), escaped (I31), so valid while it
+        // is borrowed (I1).
+        Some((RankId::from_raw(rank), unsafe {
+            InstancePtr::<T>::new(p).value()
+        }))
+    }
+}
+
+/// Iterator over `(rank, &mut instance)`; see [`RankLocal::iter_mut`].
+///
+/// *Invariant* in `T`, like `core::slice::IterMut`: it hands out `&mut T`, through which a
+/// shorter-lived value could be written (I9).
+///
+/// ```
+/// use ranklocal::{IterMut, RankLocal};
+///
+/// let mut rl: RankLocal<Vec<u32>> = RankLocal::new();
+/// rl.get_or(|| vec![1]);
+/// let it: IterMut<'_, Vec<u32>, ranklocal::Epoch> = rl.iter_mut();
+/// for (_, v) in it {
+///     v.push(2);
+/// }
+/// assert_eq!(rl.try_get(), Some(&vec![1, 2]));
+/// ```
+pub struct IterMut<'a, T, B: Backend> {
+    inner: B::Iter<'a>,
+    _rl: PhantomData<&'a mut RankLocal<T, B>>,
+}
+
+impl<'a, T: 'a, B: Backend> Iterator for IterMut<'a, T, B> {
+    type Item = (RankId, &'a mut T);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let (rank, p) = self.inner.next()?;
+        // SAFETY: the `RankLocal` is mutably borrowed for 'a (I6), each rank has its own
+        // allocation (I1, I5) and the snapshot yields each rank once, so the `&mut T`s are
+        // disjoint and unaliased.
+        Some((RankId::from_raw(rank), unsafe {
+            InstancePtr::<T>::new(p).value_mut()
+        }))
+    }
+}
+
+impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a RankLocal<T, B> {
+    type Item = (RankId, &'a T);
+    type IntoIter = Iter<'a, T, B>;
+    fn into_iter(self) -> Iter<'a, T, B> {
+        self.iter()
+    }
+}
+
+impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a mut RankLocal<T, B> {
+    type Item = (RankId, &'a mut T);
+    type IntoIter = IterMut<'a, T, B>;
+    fn into_iter(self) -> IterMut<'a, T, B> {
+        self.iter_mut()
+    }
+}
+
+impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
+    type Item = (RankId, T);
+    type IntoIter = std::vec::IntoIter<(RankId, T)>;
+
+    /// Takes every instance out, in unspecified order.
+    ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    ///
+    /// let rl: RankLocal<String> = RankLocal::new();
+    /// rl.get_or(|| "mine".to_string());
+    /// let owned: Vec<(RankId, String)> = rl.into_iter().collect();
+    /// assert_eq!(owned, [(RankId::current(), "mine".to_string())]);
+    /// ```
+    fn into_iter(mut self) -> Self::IntoIter {
+        let entries = B::retain(&mut self.map, &mut |_| false);
+        let owned: Vec<(RankId, T)> = entries
+            .into_iter()
+            .map(|(rank, p)| {
+                // SAFETY: owned `self` (I6); an instance of this map (I5), removed, moved out
+                // once; moving out runs no `T::drop`, so no panic can strand the rest (I10).
+                let value = unsafe { InstancePtr::<T>::new(p).into_value() };
+                (RankId::from_raw(rank), value)
+            })
+            .collect();
+        owned.into_iter()
+    }
+}

@@ -1,0 +1,577 @@
+//! [`RankLocal`]: one `T` per rank, on a pluggable map [`Backend`].
+//!
+//! # How a lookup works
+//! 1. **Thread cache** ([`crate::cache`]): the thread's current rank (its own, or the one it acts
+//!    for inside [`on_behalf_of`](crate::on_behalf_of)) and the `RankLocal`'s uid index a small
+//!    thread-local table. A hit returns at once: no pin, no lock, no shared write.
+//! 2. **Map** (cold): the backend's lookup (`Epoch`: pin, load the snapshot, descend its trie). A
+//!    hit fills the thread cache.
+//! 3. **First touch** (cold): the init protocol (`init`), then publish a new snapshot.
+//!
+//! # Where each part lives
+//! - this file: the struct, the hot path — each `#[inline]` cache probe followed by its `#[cold]`
+//!   slow path — then `len` and the uid;
+//! - `instance`: an instance's allocation, its typed pointer and state machine, and dropping
+//!   instances (I1, I5, I10, I30, I31);
+//! - `init`: first touch — the writer lock, claims, publication (I2, I16);
+//! - `scoped`: `with`/`with_for` off the owner's hit path, and `for_each` (I33–I35);
+//! - `reclaim`: sweeps of exited ranks, `reclaim_exited`, the `&mut` removals and drop (I6, I10,
+//!   I32);
+//! - `iter`: `iter`, `iter_mut`, `into_iter` (I15, I31).
+//!
+//! The invariants the `// SAFETY:` comments cite (I1, I2, ...) are stated once, in
+//! papers/design.md §4, rendered as [`crate::design`].
+
+mod init;
+mod instance;
+mod iter;
+mod reclaim;
+mod scoped;
+
+use core::convert::Infallible;
+use core::fmt;
+use core::marker::PhantomData;
+
+use crate::backend::{Backend, Epoch};
+use crate::cache;
+use crate::erased::Erased;
+use crate::identity::{self, RankId};
+use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
+
+use self::init::{Access, Claim};
+use self::instance::InstancePtr;
+pub use self::iter::{Iter, IterMut};
+use self::reclaim::Sweep;
+
+global! {
+    /// The counter behind uids (I4); 0 means "none assigned yet".
+    static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+}
+
+/// A uid never handed out before (I4). Multiplying the counter by an odd constant is a bijection
+/// on u64, so uids stay unique and non-zero while their top bits are well mixed (the thread cache
+/// indexes with them).
+pub(crate) fn fresh_uid() -> u64 {
+    // Relaxed: uids carry no data, they only have to be unique.
+    NEXT_UID
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+#[cfg(all(test, not(loom)))]
+std::thread_local! {
+    /// Test-only: map lookups (`B::get_with` in `lookup_slow`) made by this thread. A thread-cache
+    /// hit makes none, so a count that stays put proves hits without timing anything.
+    pub(crate) static MAP_LOOKUPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// Makes a type that mentions it invariant in `T`, adding no auto-trait bound (a `fn` pointer is
+/// `Send`, `Sync` and `Unpin` whatever `T` is); see I9.
+type Invariant<T> = fn(T) -> T;
+
+/// One `T` per rank — per logical thread — created on first use; a thread acting
+/// [`on_behalf_of`](crate::on_behalf_of) a rank sees that rank's instance.
+///
+/// This is PyTorch c10d's `RankLocal<T>` with a lock-free read path: the owner thread and
+/// delegates hit a thread-local cache; a miss reads an immutable snapshot of the rank map
+/// published by the backend `B` ([`Epoch`] by default).
+///
+/// ```
+/// use ranklocal::{on_behalf_of, RankId, RankLocal};
+/// use std::sync::Mutex;
+///
+/// static WORKS: RankLocal<Mutex<Vec<&'static str>>> = RankLocal::new();
+///
+/// WORKS.get().lock().unwrap().push("forward");
+/// let me = RankId::current();
+/// std::thread::spawn(move || {
+///     on_behalf_of(me, || WORKS.get().lock().unwrap().push("backward"));
+///     assert!(WORKS.get().lock().unwrap().is_empty()); // its own rank's instance
+/// })
+/// .join()
+/// .unwrap();
+/// assert_eq!(*WORKS.get().lock().unwrap(), ["forward", "backward"]);
+/// ```
+///
+/// **Why `T: Send + Sync`.** Unlike a thread-local, a rank's instance is shared between threads. A
+/// delegate inside `on_behalf_of(rank, ..)` (or a future polled with `.on_behalf_of(rank)`) gets
+/// `&T` to the same instance the rank's own thread may be using at that moment, and `get_for`
+/// hands out another rank's `&T`: so `T` must be `Sync`. The instance is dropped by `clear`,
+/// `purge_exited` or the `RankLocal`'s drop, and moved out by `into_iter` or `iter_mut`, on
+/// whichever thread does that, usually not the one that created it: so `T` must be `Send`. The
+/// C++ `RankLocal` notes that it "doesn't make the underlying objects thread-safe" and leaves that
+/// to the caller; here the compiler checks it. Put mutable per-rank state behind `Mutex`, `RwLock`
+/// or atomics (`RefCell` and `Cell` are not `Sync`); state no other thread may ever see belongs in
+/// `std::thread_local!`.
+///
+/// ```compile_fail
+/// // `Cell` is not `Sync`: a delegate on another thread could race the owner through `&Cell`
+/// let counts: ranklocal::RankLocal<std::cell::Cell<u32>> = ranklocal::RankLocal::new();
+/// counts.get().set(1);
+/// ```
+/// ```
+/// // the thread-safe twin
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// let counts: ranklocal::RankLocal<AtomicU32> = ranklocal::RankLocal::new();
+/// counts.get().store(1, Ordering::Relaxed);
+/// assert_eq!(counts.get().load(Ordering::Relaxed), 1);
+/// ```
+pub struct RankLocal<T, B: Backend = Epoch> {
+    /// rank → instance (I1, I5).
+    map: B::Map,
+    /// The thread-cache key (I4); 0 until first used, replaced when an instance is removed.
+    uid: AtomicU64,
+    /// The writer lock: serializes every write to the map (I16) and guards what only writers
+    /// touch — claims, the sweeper's bookkeeping, the `all_escaped` flag. Readers never take it.
+    writer: Mutex<Writer>,
+    /// Signalled whenever a claim ends (`init`).
+    claim_ended: Condvar,
+    /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
+    /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
+    _owns: PhantomData<(T, Invariant<T>)>,
+}
+
+/// What the writer lock guards: read and written only by a thread holding it, or through `&mut`.
+struct Writer {
+    /// Ranks whose `init` is running (the init protocol, `init`).
+    claims: Vec<Claim>,
+    /// The sweeper's bookkeeping (`reclaim`, I32).
+    sweep: Sweep,
+    /// `true` when every instance in the map is ESCAPED, so `iter` need not mark any (I31):
+    /// cleared by every SCOPED insert before it publishes, set by `iter` after marking the map.
+    all_escaped: bool,
+}
+
+// SAFETY: `&RankLocal` hands out `&T` to any thread and lets any thread create an instance that
+// another thread later drops, hence `T: Send + Sync` (I7). The other fields are `Sync`.
+unsafe impl<T: Send + Sync, B: Backend> Sync for RankLocal<T, B> {}
+
+/// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
+macro_rules! empty_rank_local {
+    ($map:expr) => {
+        RankLocal {
+            map: $map,
+            uid: AtomicU64::new(0),
+            writer: Mutex::new(Writer {
+                claims: Vec::new(),
+                sweep: Sweep::NEW,
+                all_escaped: true,
+            }),
+            claim_ended: Condvar::new(),
+            _owns: PhantomData,
+        }
+    };
+}
+
+/// The hot path: each lookup probes the thread cache inline and falls back to a `#[cold]` path.
+impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+    /// An empty `RankLocal`, usable in a `static`.
+    ///
+    /// ```
+    /// use ranklocal::{Baseline, RankLocal};
+    /// use std::sync::atomic::AtomicU64;
+    ///
+    /// static BYTES_SENT: RankLocal<AtomicU64> = RankLocal::new(); // `const`: fine in a static
+    /// let scratch: RankLocal<Vec<u8>, Baseline> = RankLocal::new(); // any backend
+    /// assert!(BYTES_SENT.is_empty() && scratch.is_empty());
+    /// ```
+    #[cfg(not(loom))]
+    #[must_use]
+    pub const fn new() -> Self {
+        empty_rank_local!(B::EMPTY)
+    }
+
+    /// An empty `RankLocal` (not `const` under loom).
+    #[cfg(loom)]
+    #[must_use]
+    pub fn new() -> Self {
+        empty_rank_local!(B::empty())
+    }
+
+    /// The current rank's instance, created with `T::default()` on first use.
+    ///
+    /// The current rank is [`RankId::current`]: the thread's own, or the one it acts for inside
+    /// [`on_behalf_of`](crate::on_behalf_of). If that rank has exited, this still returns (or
+    /// creates) its instance; [`purge_exited`](Self::purge_exited) drops it.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let calls: RankLocal<AtomicU32> = RankLocal::new();
+    /// calls.get().fetch_add(1, Ordering::Relaxed);
+    /// assert_eq!(calls.get().load(Ordering::Relaxed), 1); // the same instance again
+    /// let job = Rank::new();
+    /// // another rank gets its own, fresh instance
+    /// on_behalf_of(job.id(), || assert_eq!(calls.get().load(Ordering::Relaxed), 0));
+    /// assert_eq!(calls.len(), 2);
+    /// ```
+    ///
+    /// # Panics
+    /// If called for a rank from inside that rank's own `init` on this `RankLocal` (reentrant
+    /// initialization), or if `T::default()` panics.
+    #[inline]
+    pub fn get(&self) -> &T
+    where
+        T: Default,
+    {
+        self.get_or(T::default)
+    }
+
+    /// The current rank's instance, created with `T::default()` on first use: the same as
+    /// [`get`](Self::get), under the name the `thread_local` crate uses.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let hits: RankLocal<AtomicU32> = RankLocal::new();
+    /// hits.get_or_default().fetch_add(1, Ordering::Relaxed);
+    /// assert_eq!(hits.get_or_default().load(Ordering::Relaxed), 1);
+    /// assert!(std::ptr::eq(hits.get_or_default(), hits.get()));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get`](Self::get).
+    #[inline]
+    pub fn get_or_default(&self) -> &T
+    where
+        T: Default,
+    {
+        self.get_or(T::default)
+    }
+
+    /// The current rank's instance, created with `init` on first use.
+    ///
+    /// `init` runs at most once per rank, with no lock held; other ranks' readers and writers
+    /// proceed meanwhile, and another thread asking for the same rank waits for it. If `init`
+    /// panics, nothing is inserted and the next call tries again.
+    ///
+    /// # Deadlock
+    /// What is guaranteed, exactly: a `get` from inside the same rank's `init` *on the same
+    /// thread* panics ("reentrant initialization") instead of deadlocking, and an `init` never
+    /// waits for a lock or for another rank. What is not (as with `std::sync::OnceLock`): an
+    /// `init` that waits for another thread which asks for the same rank of the same `RankLocal`
+    /// deadlocks — that thread waits for the `init` to finish, the `init` waits for it. For
+    /// example, an `init` that hands its own rank to a worker and joins it,
+    /// `thread::scope(|s| s.spawn(move || on_behalf_of(me, || RL.get())).join())`, never returns;
+    /// so do two `init`s on two threads that wait for each other's ranks.
+    ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    ///
+    /// let names: RankLocal<String> = RankLocal::new();
+    /// let name = names.get_or(|| format!("worker {}", RankId::current()));
+    /// // `init` ran once for this rank; later calls return the same instance
+    /// let again = names.get_or(|| unreachable!());
+    /// assert!(std::ptr::eq(name, again));
+    /// assert_eq!(*name, format!("worker {}", RankId::current()));
+    /// ```
+    ///
+    /// # Panics
+    /// If called for a rank from inside that rank's own `init` on this `RankLocal`, or if `init`
+    /// panics.
+    #[inline]
+    pub fn get_or(&self, init: impl FnOnce() -> T) -> &T {
+        let Ok(v) = self.get_or_try(|| Ok::<T, Infallible>(init()));
+        v
+    }
+
+    /// The current rank's instance, created with `init` on first use; if `init` fails, nothing is
+    /// inserted and its error is returned (the next call tries again).
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    ///
+    /// let port: RankLocal<u16> = RankLocal::new();
+    /// assert!(port.get_or_try(|| "http".parse::<u16>()).is_err());
+    /// assert!(port.try_get().is_none()); // the failed init inserted nothing
+    /// assert_eq!(port.get_or_try(|| "8080".parse::<u16>()), Ok(&8080));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get_or`](Self::get_or).
+    #[inline]
+    pub fn get_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+        // 0 if the thread has no id yet: the cache then misses and the slow path assigns one.
+        let rank = identity::current_raw_or_zero();
+        if let Some(v) = self.cached(rank) {
+            return Ok(v);
+        }
+        self.get_or_try_slow(rank, init)
+    }
+
+    #[cold]
+    fn get_or_try_slow<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+        let rank = if rank == 0 {
+            identity::current_raw()
+        } else {
+            rank
+        };
+        if let Some(v) = self.lookup_slow(rank) {
+            return Ok(v);
+        }
+        let (p, _guard) = self.insert(rank, init, Access::Escaped)?;
+        if Self::uses_thread_cache(rank) {
+            cache::store(self.uid_or_assign(), rank, p.erased());
+        }
+        // SAFETY: `p` was just published in this map (I2, I5), escaped (I31), so valid while
+        // `&self` lives (I1); the same `T` every reader of this `RankLocal` reads (I9).
+        Ok(unsafe { p.value() })
+    }
+
+    /// The current rank's instance if it exists; never creates one.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let buf: RankLocal<Vec<u8>> = RankLocal::new();
+    /// assert!(buf.try_get().is_none());
+    /// assert!(buf.try_get().is_none()); // still none: `try_get` created nothing
+    /// buf.get_or(|| vec![1, 2]);
+    /// assert_eq!(buf.try_get(), Some(&vec![1, 2]));
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || assert!(buf.try_get().is_none())); // not for another rank
+    /// ```
+    #[inline]
+    pub fn try_get(&self) -> Option<&T> {
+        self.get_for(RankId::current())
+    }
+
+    /// `rank`'s instance if it exists; never creates one. Works for any rank, including one that
+    /// has exited — its thread ended or its [`Rank`](crate::Rank) was dropped — until
+    /// [`purge_exited`](Self::purge_exited) drops the instance.
+    ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let score: RankLocal<AtomicU32> = RankLocal::new();
+    /// let worker = std::thread::scope(|s| {
+    ///     s.spawn(|| {
+    ///         score.get().store(7, Ordering::Relaxed);
+    ///         RankId::current()
+    ///     })
+    ///     .join()
+    ///     .unwrap()
+    /// });
+    /// // the worker has exited; its instance stays until `purge_exited`
+    /// assert_eq!(score.get_for(worker).unwrap().load(Ordering::Relaxed), 7);
+    /// assert!(score.get_for(RankId::current()).is_none()); // this thread never touched it
+    /// ```
+    #[inline]
+    pub fn get_for(&self, rank: RankId) -> Option<&T> {
+        let rank = rank.as_u64();
+        self.cached(rank).or_else(|| self.lookup_slow(rank))
+    }
+
+    /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
+    #[cold]
+    fn lookup_slow(&self, rank: u64) -> Option<&T> {
+        #[cfg(all(test, not(loom)))]
+        MAP_LOOKUPS.with(|n| n.set(n.get() + 1));
+        // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
+        // Baseline), which keeps `p` alive from the map load to the escape (I33).
+        let p = B::get_with(&self.map, rank, |p| {
+            // SAFETY: an instance of this map (I5), read from it and protected while this runs
+            // (I33).
+            let p = unsafe { InstancePtr::<T>::new(p) };
+            // SAFETY: as just said (I33).
+            unsafe { p.escape() }.then_some(p)
+        })?;
+        // `None`: being reclaimed, the rank's instance is gone (I30)
+        let p = p?;
+        if Self::uses_thread_cache(rank) {
+            cache::store(self.uid_or_assign(), rank, p.erased());
+        }
+        // SAFETY: `p` is a published instance of this map (I2, I5), now escaped, so valid while
+        // `&self` lives (I1, I31), inserted as this very `T` (invariance, I9).
+        Some(unsafe { p.value() })
+    }
+
+    /// The thread cache's entry for `rank` (step 1).
+    #[inline]
+    fn cached(&self, rank: u64) -> Option<&T> {
+        if !Self::uses_thread_cache(rank) {
+            return None;
+        }
+        // Relaxed: the uid is only a name; the pointer's validity was established by this
+        // thread's own Acquire when it filled the entry (I4).
+        let uid = self.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank)?;
+        // SAFETY: a hit for this `RankLocal`'s current uid is one of its published instances
+        // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1); it is a `T` of
+        // exactly this type, lifetimes included, since `RankLocal` is invariant in `T` (I9).
+        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
+    }
+
+    /// Whether lookups of `rank` go through the thread cache on this backend.
+    #[inline]
+    fn uses_thread_cache(rank: u64) -> bool {
+        B::CACHES_DELEGATED || rank == identity::own_raw()
+    }
+
+    /// The current rank's instance, created with `T::default()` on first use, lent to `f`: scoped
+    /// access, like `std::thread::LocalKey::with`.
+    ///
+    /// Unlike [`get`](Self::get), whose `&T` lives as long as the `RankLocal` (forever, for a
+    /// `static`), the borrow cannot escape `f`; so an instance only ever reached this way is
+    /// dropped after its rank exits — without `&mut`, statics included. Use
+    /// `with` for per-thread state of short-lived threads; use `get` when you need the reference
+    /// outside a closure (the instance is then kept until `&mut` access or drop). The owner's
+    /// `with` is a thread-cache hit, as `get`; a delegate's holds an epoch pin during `f`.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// static SENT: RankLocal<AtomicU64> = RankLocal::new();
+    ///
+    /// for _ in 0..100 {
+    ///     std::thread::spawn(|| SENT.with(|n| n.fetch_add(1, Ordering::Relaxed))).join().unwrap();
+    /// }
+    /// SENT.reclaim_exited(); // writers also do this on their own, amortized
+    /// assert_eq!(SENT.len(), 0); // the exited threads' instances are gone
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get`](Self::get). A panic in `f` propagates; nothing is leaked.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: Default,
+    {
+        self.with_or(T::default, f)
+    }
+
+    /// [`with`](Self::with) with an explicit initializer (the `rank_local!` key's `with`).
+    #[inline]
+    pub(crate) fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+        let rank = identity::current_raw_or_zero();
+        if let Some(v) = self.cached_owner(rank) {
+            return f(v);
+        }
+        self.with_slow(init, f)
+    }
+
+    /// `rank`'s instance lent to `f`, or `None` if it has none (never creates one); scoped
+    /// access as [`with`](Self::with). For a rank other than the thread's own, the instance is
+    /// kept alive by an epoch pin during `f`, even if the rank exits meanwhile.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    /// use std::sync::Mutex;
+    ///
+    /// let logs: RankLocal<Mutex<Vec<&str>>> = RankLocal::new();
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || logs.with(|l| l.lock().unwrap().push("step")));
+    /// assert_eq!(logs.with_for(job.id(), |l| l.lock().unwrap().len()), Some(1));
+    /// assert_eq!(logs.with_for(Rank::new().id(), |_| ()), None);
+    /// ```
+    #[inline]
+    pub fn with_for<R>(&self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let rank = rank.as_u64();
+        if let Some(v) = self.cached_owner(rank) {
+            return Some(f(v));
+        }
+        self.with_for_slow(rank, f)
+    }
+
+    /// The owner's scoped entry for `rank`: a hit only for this thread's own, live rank (I34).
+    #[inline]
+    fn cached_owner(&self, rank: u64) -> Option<&T> {
+        // Relaxed: the uid is only a name here; an owner entry stays valid whatever the uid
+        // (I34, I35).
+        let uid = self.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank | cache::OWNER_TAG)?;
+        // SAFETY: an owner entry was filled by this thread for its own rank while it was alive
+        // and is wiped before the rank exits (I34), so the instance is not reclaimed (I35) and
+        // stays valid for `&self` (I1); a `T` of this map (I5, I9).
+        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
+    }
+}
+
+impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+    /// Number of ranks with an instance.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let rl: RankLocal<u32> = RankLocal::new();
+    /// assert_eq!(rl.len(), 0);
+    /// rl.get_or(|| 1);
+    /// rl.get_or(|| 2); // same rank: no new instance
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || rl.get_or(|| 3));
+    /// assert_eq!(rl.len(), 2);
+    /// ```
+    pub fn len(&self) -> usize {
+        B::len(&self.map)
+    }
+
+    /// `true` if no rank has an instance.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    ///
+    /// let mut rl: RankLocal<String> = RankLocal::new();
+    /// assert!(rl.is_empty());
+    /// rl.get();
+    /// assert!(!rl.is_empty());
+    /// rl.clear();
+    /// assert!(rl.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// This `RankLocal`'s uid, drawing a fresh one if it has none (I4).
+    pub(crate) fn uid_or_assign(&self) -> u64 {
+        // Relaxed everywhere: uids carry no data, they only have to be unique.
+        let uid = self.uid.load(Ordering::Relaxed);
+        if uid != 0 {
+            return uid;
+        }
+        let fresh = fresh_uid();
+        match self
+            .uid
+            .compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => fresh,
+            Err(current) => current,
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+    /// Test-only: an empty `RankLocal` with the given uid (unique: drawn by [`fresh_uid`]).
+    pub(crate) fn with_uid(uid: u64) -> Self {
+        let rl = Self::new();
+        rl.uid.store(uid, Ordering::Relaxed);
+        rl
+    }
+}
+
+impl<T: Send + Sync, B: Backend> Default for RankLocal<T, B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for RankLocal<T, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Entries<'a, T: Send + Sync, B: Backend>(&'a RankLocal<T, B>);
+        impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for Entries<'_, T, B> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let mut entries: Vec<_> = self.0.iter().collect();
+                entries.sort_by_key(|&(r, _)| r);
+                f.debug_map().entries(entries).finish()
+            }
+        }
+        f.debug_struct("RankLocal")
+            .field("backend", &B::NAME)
+            .field("instances", &Entries(self))
+            .finish()
+    }
+}

@@ -1,0 +1,137 @@
+//! Scoped access off the owner's hit path: `with`/`with_for` when the owner entry misses, and
+//! `for_each` (I33–I35).
+//!
+//! The live owner (a thread acting as its own, live rank) needs no pin: the sweeper never takes a
+//! live rank's instance (I35), so its entry is cached under the rank tagged `OWNER_TAG`, and a hit
+//! costs what `get`'s does. Every other scoped reader pins the crate's collector, then loads the
+//! uid, then probes the cache's `PINNED_TAG` entry for that uid and then the map, and holds the
+//! pin until `f` returns (I33, I34).
+
+use crossbeam_epoch::Guard;
+
+use super::init::Access;
+use super::instance::{InstancePtr, RECLAIMING};
+use super::RankLocal;
+use crate::backend::Backend;
+use crate::cache;
+use crate::collector::pin;
+use crate::erased::Erased;
+use crate::identity::{self, RankId};
+use crate::primitive::Ordering;
+
+impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+    /// Lends every instance to `f` in turn, from one snapshot (scoped visiting: the borrows
+    /// cannot escape, so exited ranks' instances stay reclaimable). Holds an epoch pin for the
+    /// whole visit; keep `f` short.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// let bytes: RankLocal<AtomicU64> = RankLocal::new();
+    /// bytes.with(|b| b.store(3, Ordering::Relaxed));
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || bytes.with(|b| b.store(4, Ordering::Relaxed)));
+    /// let mut total = 0;
+    /// bytes.for_each(|_, b| total += b.load(Ordering::Relaxed));
+    /// assert_eq!(total, 7);
+    /// ```
+    pub fn for_each(&self, mut f: impl FnMut(RankId, &T)) {
+        // The pin covers the snapshot's load and the whole visit (I33).
+        let _guard = pin();
+        for (rank, p) in B::iter(&self.map) {
+            // SAFETY: an instance of this map (I5), read from a snapshot loaded under `_guard`
+            // (I33).
+            let p = unsafe { InstancePtr::<T>::new(p) };
+            // SAFETY: as just said (I33).
+            if unsafe { p.state() }.load(Ordering::Acquire) == RECLAIMING {
+                continue;
+            }
+            // SAFETY: alive while `_guard` is held (I32, I33); a `T` of this map (I5, I9); the
+            // borrow ends with `f`'s call.
+            f(RankId::from_raw(rank), unsafe { p.value() });
+        }
+    }
+
+    /// `true` if `rank` is this thread's own rank and live: its instance cannot be reclaimed
+    /// while the thread runs (I35).
+    fn is_live_owner(rank: u64) -> bool {
+        rank == identity::own_raw() && identity::own_alive()
+    }
+
+    /// A non-owner's scoped lookup: pins, then loads the uid, then probes the cache's pinned
+    /// entries and the map (I33, I34). The instance is alive while the returned guard is held.
+    fn pinned_lookup(&self, rank: u64) -> Option<(InstancePtr<T>, Guard)> {
+        self.uid_or_assign(); // non-zero from now on, so fills never use 0
+        let guard = pin();
+        // SeqCst, after the pin's SeqCst fence: a sweeper that stored a fresh uid before
+        // retiring something this pin does not protect is seen here (I34).
+        let uid = self.uid.load(Ordering::SeqCst);
+        if Self::uses_thread_cache(rank) {
+            if let Some(p) = cache::lookup(uid, rank | cache::PINNED_TAG) {
+                // SAFETY: a pinned entry for this uid holds an instance of this map (I34, I5).
+                let p = unsafe { InstancePtr::new(Erased::from_non_null(p)) };
+                return Some((p, guard));
+            }
+        }
+        // SAFETY: an instance of this map (I5), read from it under `guard` (I33).
+        let p = unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) };
+        // SAFETY: as just said (I33).
+        if unsafe { p.state() }.load(Ordering::Acquire) == RECLAIMING {
+            return None; // being reclaimed: gone (I30)
+        }
+        if Self::uses_thread_cache(rank) {
+            cache::store(uid, rank | cache::PINNED_TAG, p.erased());
+        }
+        Some((p, guard))
+    }
+
+    /// `with` after the owner entry missed: the live owner looks up or creates its instance and
+    /// caches it under `OWNER_TAG`; anyone else goes through [`pinned_lookup`](Self::pinned_lookup)
+    /// or a scoped first touch, pinned until `f` returns.
+    #[cold]
+    pub(super) fn with_slow<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+        let rank = identity::current_raw();
+        let init = || Ok::<T, core::convert::Infallible>(init());
+        if Self::is_live_owner(rank) {
+            let p = match B::get(&self.map, rank) {
+                // SAFETY: an instance of this map (I5); the live owner's, not reclaimed while the
+                // thread runs (I35).
+                Some(p) => unsafe { InstancePtr::<T>::new(p) },
+                None => {
+                    let Ok((p, _guard)) = self.insert(rank, init, Access::Scoped);
+                    p
+                }
+            };
+            cache::store(self.uid_or_assign(), rank | cache::OWNER_TAG, p.erased());
+            // SAFETY: the live owner's instance is not reclaimed while the thread runs (I35),
+            // valid for `&self` (I1); a `T` of this map (I5, I9).
+            return f(unsafe { p.value() });
+        }
+        let (p, _guard) = match self.pinned_lookup(rank) {
+            Some(found) => found,
+            None => {
+                let Ok(found) = self.insert(rank, init, Access::Scoped);
+                found
+            }
+        };
+        // SAFETY: alive while `_guard` is held (I33); a `T` of this map (I5, I9).
+        f(unsafe { p.value() })
+    }
+
+    /// `with_for` after the owner entry missed, as [`with_slow`](Self::with_slow) but never
+    /// creating an instance.
+    #[cold]
+    pub(super) fn with_for_slow<R>(&self, rank: u64, f: impl FnOnce(&T) -> R) -> Option<R> {
+        if Self::is_live_owner(rank) {
+            // SAFETY: an instance of this map (I5); the live owner's (I35).
+            let p = unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) };
+            cache::store(self.uid_or_assign(), rank | cache::OWNER_TAG, p.erased());
+            // SAFETY: as in `with_slow` (I35, I1, I5, I9).
+            return Some(f(unsafe { p.value() }));
+        }
+        let (p, _guard) = self.pinned_lookup(rank)?;
+        // SAFETY: alive while `_guard` is held (I33); a `T` of this map (I5, I9).
+        Some(f(unsafe { p.value() }))
+    }
+}

@@ -1,0 +1,190 @@
+//! The writer's bookkeeping: replaced versions and nodes, freed once no version that contains
+//! them can be read (I13, I14), and [`Write`], the one way a backend changes its trie.
+//!
+//! A backend's write, under its writer mutex (I16):
+//! 1. [`Reclaimer::write`] on the published version's trie and sequence number `s`;
+//! 2. [`Write::insert`] / [`Write::remove`] (any number, all at sequence number `s + 1`: each node
+//!    on their paths is copied once);
+//! 3. publish a version of [`Write::trie`] at [`Write::seq`];
+//! 4. [`Write::retire`] the replaced version `s`, which records the nodes the write replaced and
+//!    frees what no live version can reach any more.
+
+use core::ptr::NonNull;
+use std::collections::VecDeque;
+
+use super::node::Node;
+use super::Trie;
+use crate::erased::Erased;
+
+/// A writer's reference to a replaced version: tells whether any reader or iterator can still be
+/// inside it; dropping it releases the writer's reference.
+pub(crate) trait ReplacedVersion {
+    /// `true` once no reader can be inside the version and no iterator holds it (I14). Once
+    /// `true`, stays `true`; it synchronizes-with (Acquire) every release of the version.
+    fn is_dead(&self) -> bool;
+}
+
+/// Whether a buffer of `cap` holding `len` should give half its memory back: a quarter full, and
+/// worth the bother.
+fn drained(len: usize, cap: usize) -> bool {
+    cap > 64 && len < cap / 4
+}
+
+/// A replaced node and the version that replaced it: the node is in versions `birth..death`.
+struct Garbage {
+    node: NonNull<Node>,
+    death: u64,
+}
+
+/// The writer's bookkeeping: replaced versions that may still be read, and replaced nodes that
+/// may still be reachable from them. Only the (serialized) writer touches it (I16).
+pub(crate) struct Reclaimer<H> {
+    /// Replaced versions not yet seen dead, by ascending sequence number.
+    versions: VecDeque<(u64, H)>,
+    /// Replaced nodes not yet freed.
+    garbage: Vec<Garbage>,
+    /// The nodes the write in progress replaced (moved to `garbage` by [`Write::retire`]).
+    replaced: Vec<NonNull<Node>>,
+}
+
+// SAFETY: the node pointers are owned by the map's writer, which is serialized (I16); the nodes
+// hold `Erased` pointers (`Send + Sync`, I7).
+unsafe impl<H: Send> Send for Reclaimer<H> {}
+
+/// One write in progress: version `seq` built from the published one by path copying (I12).
+/// Every change it makes is private to the writer until the caller publishes [`trie`](Self::trie).
+pub(crate) struct Write<'a, H> {
+    reclaimer: &'a mut Reclaimer<H>,
+    trie: Trie,
+    seq: u64,
+}
+
+impl<H: ReplacedVersion> Reclaimer<H> {
+    pub(crate) const NEW: Reclaimer<H> = Reclaimer {
+        versions: VecDeque::new(),
+        garbage: Vec::new(),
+        replaced: Vec::new(),
+    };
+
+    /// Begins building version `base_seq + 1` from `base`, the trie of the published version
+    /// `base_seq` (the empty trie and 0 if nothing was published yet).
+    ///
+    /// # Safety
+    /// The caller is the map's only writer (I16); `base` is the published version's trie, whose
+    /// nodes are alive (I13), and no node is born at `base_seq + 1` or later (every published node
+    /// is born at `base_seq` or earlier), so what this write creates is private to it (I12).
+    pub(crate) unsafe fn write(&mut self, base: Trie, base_seq: u64) -> Write<'_, H> {
+        self.replaced.clear(); // only a write that panicked midway could have left entries
+        Write {
+            reclaimer: self,
+            trie: base,
+            seq: base_seq + 1,
+        }
+    }
+
+    /// Forgets dead versions and frees every replaced node that no other version can reach.
+    ///
+    /// # Safety
+    /// Every entry of `garbage` and `versions` was recorded by [`Write::retire`].
+    pub(super) unsafe fn collect(&mut self) {
+        self.versions.retain(|(_, h)| !h.is_dead());
+        let versions = &self.versions;
+        self.garbage.retain(|g| {
+            // SAFETY: garbage nodes are alive until freed here (I13).
+            let birth = unsafe { Node::birth_of(g.node) };
+            let first = versions.partition_point(|&(s, _)| s < birth);
+            let held = versions.get(first).is_some_and(|&(s, _)| s < g.death);
+            if !held {
+                // SAFETY: the node is reachable only from versions `birth..death` (I12); every
+                // one of them is dead — seen dead now or earlier, and a dead version stays dead
+                // (I14) — so no reader or iterator can reach it; freed once, as it leaves the
+                // list (I13).
+                unsafe { Node::free(g.node) };
+            }
+            held
+        });
+        // A backlog (a reader holding an old version through many writes) grows the buffers;
+        // give the memory back once it has drained. Halving at a quarter full keeps the cost
+        // amortized O(1) per retired node, and the heap follows the live garbage, not its peak.
+        if drained(self.garbage.len(), self.garbage.capacity()) {
+            self.garbage.shrink_to(self.garbage.capacity() / 2);
+        }
+        if drained(self.versions.len(), self.versions.capacity()) {
+            self.versions.shrink_to(self.versions.capacity() / 2);
+        }
+    }
+
+    /// Frees every replaced node at once and forgets every replaced version.
+    ///
+    /// # Safety
+    /// Exclusive access: no reader or iterator of any version of this map exists (I6).
+    pub(crate) unsafe fn free_replaced(&mut self) {
+        self.versions = VecDeque::new();
+        for g in std::mem::take(&mut self.garbage) {
+            // SAFETY: exclusive access (I6); each garbage node is freed once (I13).
+            unsafe { Node::free(g.node) };
+        }
+        debug_assert!(self.replaced.is_empty());
+        // the buffers go too: after a purge the heap holds the map's live entries only
+        self.replaced = Vec::new();
+    }
+
+    /// Replaced nodes not yet freed, and replaced versions not yet seen dead.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> (usize, usize) {
+        (self.garbage.len(), self.versions.len())
+    }
+}
+
+impl<H: ReplacedVersion> Write<'_, H> {
+    /// Sets `id -> ptr` in the version being built; returns the previous value of `id`.
+    pub(crate) fn insert(&mut self, id: u64, ptr: Erased) -> Option<Erased> {
+        // SAFETY: the nodes reachable from the trie are alive and those born at `seq` are
+        // private to this write, as `Reclaimer::write`'s caller guaranteed (I12, I13, I16).
+        unsafe {
+            self.trie
+                .insert(id, ptr, self.seq, &mut self.reclaimer.replaced)
+        }
+    }
+
+    /// Removes `id` from the version being built; returns its value.
+    pub(crate) fn remove(&mut self, id: u64) -> Option<Erased> {
+        // SAFETY: as for `insert` (I12, I13, I16).
+        unsafe { self.trie.remove(id, self.seq, &mut self.reclaimer.replaced) }
+    }
+
+    /// The trie of the version being built: publish it at [`seq`](Self::seq).
+    pub(crate) fn trie(&self) -> Trie {
+        self.trie
+    }
+
+    /// The sequence number of the version being built.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// After the caller published [`trie`](Self::trie) at [`seq`](Self::seq), in place of
+    /// version `seq - 1` held through `old` (`None` if nothing was published before): records
+    /// the nodes this write replaced, then frees what no live version can reach.
+    ///
+    /// # Safety
+    /// Version `seq` is published and version `seq - 1` no longer is; `old` tells when version
+    /// `seq - 1` is dead (I14).
+    pub(crate) unsafe fn retire(self, old: Option<H>) {
+        let r = self.reclaimer;
+        let Some(old) = old else {
+            // nothing was published before: nothing was copied, nothing is replaced
+            debug_assert!(r.replaced.is_empty());
+            return;
+        };
+        let seq = self.seq - 1;
+        debug_assert!(r.versions.back().is_none_or(|&(s, _)| s < seq));
+        r.versions.push_back((seq, old));
+        let death = self.seq;
+        for node in r.replaced.drain(..) {
+            r.garbage.push(Garbage { node, death });
+        }
+        // SAFETY: every entry was recorded just above or by earlier retirements (I13).
+        unsafe { r.collect() };
+    }
+}

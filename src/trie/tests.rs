@@ -1,0 +1,293 @@
+//! Unit tests of the trie and the writer's reclamation rule.
+
+use super::*;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+fn ptr(n: u64) -> Erased {
+    Erased::from_non_null(NonNull::new((n as usize).wrapping_mul(8).max(8) as *mut ()).unwrap())
+}
+
+/// A test-only owner of a trie's nodes: frees replaced nodes at once (nothing else reads).
+struct Owned {
+    trie: Trie,
+    seq: u64,
+}
+
+impl Owned {
+    fn new() -> Owned {
+        Owned {
+            trie: Trie::EMPTY,
+            seq: 0,
+        }
+    }
+    fn insert(&mut self, k: u64, p: Erased) -> Option<Erased> {
+        self.seq += 1;
+        let mut replaced = Vec::new();
+        // SAFETY: single-threaded test; each write uses a fresh seq (I12).
+        let old = unsafe { self.trie.insert(k, p, self.seq, &mut replaced) };
+        for n in replaced {
+            // SAFETY: nothing else reads the replaced node (I13).
+            unsafe { Node::free(n) };
+        }
+        old
+    }
+    fn remove(&mut self, k: u64) -> Option<Erased> {
+        self.seq += 1;
+        let mut replaced = Vec::new();
+        // SAFETY: as above (I12).
+        let old = unsafe { self.trie.remove(k, self.seq, &mut replaced) };
+        for n in replaced {
+            // SAFETY: as above (I13).
+            unsafe { Node::free(n) };
+        }
+        old
+    }
+    fn get(&self, k: u64) -> Option<Erased> {
+        // SAFETY: nodes alive while `self` is (I13).
+        unsafe { self.trie.get(k) }
+    }
+    fn entries(&self) -> Vec<(u64, Erased)> {
+        // SAFETY: as above (I13).
+        unsafe { entries(&self.trie) }.collect()
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: the only owner (I6, I13).
+        unsafe { self.trie.free_nodes() };
+    }
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn check_against(t: &Owned, model: &BTreeMap<u64, Erased>, probes: &[u64]) {
+    assert_eq!(t.trie.len(), model.len());
+    let got = t.entries();
+    let want: Vec<(u64, Erased)> = model.iter().map(|(&k, &v)| (k, v)).collect();
+    assert_eq!(got, want, "iteration differs from the model");
+    for &k in probes {
+        assert_eq!(t.get(k), model.get(&k).copied(), "lookup of {k}");
+    }
+}
+
+#[test]
+fn random_inserts_and_removes_match_a_btreemap() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let n = if cfg!(miri) { 150 } else { 3000 };
+    for &spread in &[64u64, 5000, 300_000, u64::MAX] {
+        let mut t = Owned::new();
+        let mut model = BTreeMap::new();
+        let mut probes = Vec::new();
+        for i in 0..n {
+            let k = rng.next() % spread.max(1);
+            probes.push(k);
+            probes.push(k.wrapping_add(1));
+            if i % 5 == 4 {
+                let victim = *model
+                    .keys()
+                    .nth(rng.next() as usize % model.len().max(1))
+                    .unwrap_or(&k);
+                assert_eq!(t.remove(victim), model.remove(&victim));
+            } else {
+                let p = ptr(i as u64 + 1);
+                assert_eq!(t.insert(k, p), model.insert(k, p));
+            }
+        }
+        check_against(&t, &model, &probes);
+        // remove everything: the trie empties and stays usable
+        let keys: Vec<u64> = model.keys().copied().collect();
+        for k in keys {
+            assert_eq!(t.remove(k), model.remove(&k));
+        }
+        assert_eq!(t.trie.len(), 0);
+        assert!(t.trie.root.is_none());
+        assert_eq!(t.entries(), vec![]);
+        t.insert(3, ptr(3));
+        assert_eq!(t.get(3), Some(ptr(3)));
+    }
+}
+
+#[test]
+fn ids_across_level_boundaries() {
+    let f = FANOUT as u64;
+    let mut edges = vec![
+        0,
+        1,
+        f - 1,
+        f,
+        f + 1,
+        f * f - 1,
+        f * f,
+        f * f * f - 1,
+        f * f * f,
+    ];
+    edges.extend([1 << 40, (1 << 40) + 1, u64::MAX / 2, u64::MAX - 1, u64::MAX]);
+    let mut t = Owned::new();
+    let mut model = BTreeMap::new();
+    for (i, &k) in edges.iter().enumerate() {
+        let p = ptr(i as u64 + 1);
+        t.insert(k, p);
+        model.insert(k, p);
+        // every earlier id still found after each growth
+        let probes: Vec<u64> = edges.iter().flat_map(|&e| [e, e.wrapping_add(2)]).collect();
+        check_against(&t, &model, &probes);
+    }
+    assert_eq!(t.trie.height(), MAX_HEIGHT);
+}
+
+#[test]
+fn huge_ids_first() {
+    let mut t = Owned::new();
+    t.insert(u64::MAX, ptr(1));
+    assert_eq!(t.trie.height(), MAX_HEIGHT);
+    assert_eq!(t.get(u64::MAX), Some(ptr(1)));
+    assert_eq!(t.get(u64::MAX - 1), None);
+    assert_eq!(t.get(0), None);
+    t.insert(1, ptr(2));
+    assert_eq!(t.entries(), vec![(1, ptr(2)), (u64::MAX, ptr(1))]);
+    assert_eq!(t.remove(u64::MAX), Some(ptr(1)));
+    assert_eq!(t.entries(), vec![(1, ptr(2))]);
+    assert_eq!(t.get(u64::MAX), None);
+}
+
+#[test]
+fn dense_ids_use_few_levels() {
+    let mut t = Owned::new();
+    let n = (FANOUT * FANOUT) as u64;
+    for k in 1..n {
+        t.insert(k, ptr(k));
+    }
+    assert_eq!(t.trie.height(), 2);
+    t.insert(n, ptr(n));
+    assert_eq!(t.trie.height(), 3);
+    assert_eq!(t.entries().len() as u64, n);
+}
+
+#[test]
+fn old_versions_are_unchanged_by_later_writes() {
+    // a persistent use: keep every version, never free a replaced node until the end
+    let mut versions: Vec<(Trie, BTreeMap<u64, Erased>)> = Vec::new();
+    let mut all_replaced = Vec::new();
+    let mut t = Trie::EMPTY;
+    let mut model = BTreeMap::new();
+    let n = if cfg!(miri) { 80 } else { 600 };
+    let mut rng = Rng(7);
+    for seq in 1..=n {
+        let mut replaced = Vec::new();
+        let k = if seq % 3 == 0 {
+            rng.next() % 10_000
+        } else {
+            seq
+        };
+        if seq % 7 == 0 && !model.is_empty() {
+            let victim = *model.keys().next().unwrap();
+            // SAFETY: fresh seq per write; old nodes kept alive below (I12, I13).
+            let got = unsafe { t.remove(victim, seq, &mut replaced) };
+            assert_eq!(got, model.remove(&victim));
+        } else {
+            let p = ptr(seq);
+            // SAFETY: as above (I12, I13).
+            let got = unsafe { t.insert(k, p, seq, &mut replaced) };
+            assert_eq!(got, model.insert(k, p));
+            // path copying: at most one replaced node per level
+            assert!(
+                replaced.len() as u32 <= t.height(),
+                "copied more than the path"
+            );
+        }
+        all_replaced.append(&mut replaced);
+        versions.push((t, model.clone()));
+    }
+    for (v, m) in &versions {
+        // SAFETY: no node was freed yet (I13).
+        let got: Vec<_> = unsafe { entries(v) }.collect();
+        let want: Vec<_> = m.iter().map(|(&k, &v)| (k, v)).collect();
+        assert_eq!(got, want, "an old version changed");
+    }
+    // free: the last version's nodes plus every replaced node, each exactly once
+    let mut live = std::collections::HashSet::new();
+    // SAFETY: nothing freed yet (I13).
+    unsafe { t.for_each_node(&mut |n| assert!(live.insert(n))) };
+    for n in all_replaced {
+        assert!(
+            live.insert(n),
+            "a node was replaced twice or is still in the last version"
+        );
+    }
+    for n in live {
+        // SAFETY: each node once; nothing reads any more (I13).
+        unsafe { Node::free(n) };
+    }
+}
+
+/// A fake version handle whose deadness the test controls.
+struct Fake(Rc<Cell<bool>>);
+impl ReplacedVersion for Fake {
+    fn is_dead(&self) -> bool {
+        self.0.get()
+    }
+}
+
+#[test]
+fn replaced_nodes_wait_for_every_version_that_contains_them() {
+    let mut r: Reclaimer<Fake> = Reclaimer::NEW;
+    let mut t = Trie::EMPTY;
+    let mut flags = Vec::new();
+    let mut tries = Vec::new();
+    let f = FANOUT as u64;
+    // versions 1..=6, each inserting an id in the same leaf, so each replaces the path
+    for seq in 1..=6u64 {
+        // SAFETY: the only writer; version seq-1's nodes are alive (held versions are not freed)
+        // and nothing is born at `seq` yet (I12, I13, I16).
+        let mut w = unsafe { r.write(t, seq - 1) };
+        w.insert(f * f + seq, ptr(seq));
+        assert_eq!(w.seq(), seq);
+        t = w.trie();
+        tries.push(t);
+        let old = (seq > 1).then(|| {
+            let dead = Rc::new(Cell::new(false));
+            flags.push(dead.clone());
+            Fake(dead)
+        });
+        // SAFETY: version `seq` replaced version seq-1 (I14).
+        unsafe { w.retire(old) };
+    }
+    // versions 1..=5 retired, none dead: every replaced node kept
+    let (garbage, retired) = r.pending();
+    assert_eq!(retired, 5);
+    assert_eq!(garbage as u32, 5 * t.height());
+    // version 3 stays held; the others die
+    for (i, d) in flags.iter().enumerate() {
+        if i + 1 != 3 {
+            d.set(true);
+        }
+    }
+    // SAFETY: as recorded (I13).
+    unsafe { r.collect() };
+    let (garbage, retired) = r.pending();
+    assert_eq!(retired, 1, "only the held version is left");
+    // only version 3's own nodes that later versions replaced are kept: its path
+    assert_eq!(garbage as u32, t.height());
+    // version 3 still reads correctly (Miri checks the nodes are alive)
+    // SAFETY: version 3 is not dead, so its nodes are alive (I13).
+    let v3: Vec<_> = unsafe { entries(&tries[2]) }.map(|(k, _)| k).collect();
+    assert_eq!(v3, vec![f * f + 1, f * f + 2, f * f + 3]);
+    flags[2].set(true);
+    // SAFETY: as recorded (I13).
+    unsafe { r.collect() };
+    assert_eq!(r.pending(), (0, 0));
+    // SAFETY: the last version's nodes, only owner (I13).
+    unsafe { t.free_nodes() };
+}
