@@ -737,3 +737,64 @@ fn m13d_reclaim_while_get_for_baseline() {
         reclaim_while_get_for::<Baseline>,
     );
 }
+
+/// 14. A sweep unpublishes the scoped-only instances of two dropped `Rank`s in one write (one new
+///     version: the batch's paths copied once) while a delegate reads them with `with_for`: `a`,
+///     then `b`, then `a` again (a hit in the pinned cache entry its first read filled, unless the
+///     sweep's fresh uid killed it). Each read sees the value or nothing, never a freed one; a
+///     rank once gone stays gone; both instances are freed exactly once.
+fn batched_reclaim_while_scoped_reading<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    let (job_a, job_b) = (Rank::new(), Rank::new());
+    let (a, b) = (job_a.id(), job_b.id());
+    on_behalf_of(a, || rl.with(|c| c.look()));
+    on_behalf_of(b, || rl.with(|c| c.look()));
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let first = rl.with_for(a, Canary::look);
+            let other = rl.with_for(b, Canary::look);
+            let again = rl.with_for(a, Canary::look);
+            (first, other, again)
+        })
+    };
+    drop(job_a);
+    drop(job_b);
+    let swept = rl.reclaim_exited();
+    assert_eq!(swept, 2, "the batch did not take both exited ranks");
+    let (first, other, again) = reader.join().unwrap();
+    for v in [first, other, again] {
+        assert!(v.is_none() || v == Some(5), "read a dropped value: {v:?}");
+    }
+    assert!(
+        !(first.is_none() && again.is_some()),
+        "the instance came back"
+    );
+    // 1: every read before the sweep; 2: none; 4: some before, some after
+    outcome(match (first, other, again) {
+        (Some(_), Some(_), Some(_)) => 1,
+        (None, None, None) => 2,
+        _ => 4,
+    });
+    assert_eq!(rl.len(), 0);
+}
+
+#[test]
+fn m14_batched_reclaim_while_scoped_reading_epoch() {
+    model(
+        "m14 one-write batch reclaim while a delegate reads scoped (epoch)",
+        1,
+        0b111,
+        batched_reclaim_while_scoped_reading::<Epoch>,
+    );
+}
+
+#[test]
+fn m14b_batched_reclaim_while_scoped_reading_baseline() {
+    model(
+        "m14b one-write batch reclaim while a delegate reads scoped (baseline)",
+        1,
+        0b111,
+        batched_reclaim_while_scoped_reading::<Baseline>,
+    );
+}

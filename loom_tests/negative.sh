@@ -22,7 +22,7 @@ controls=(
   "relaxed publish#src/backend/epoch.rs#s/.store(Shared::from(new.cast_const()), Ordering::Release);/.store(Shared::from(new.cast_const()), Ordering::Relaxed);/#m2_publish_while_reading_epoch#Causality violation"
   "epoch reference released at once, not after the grace period#src/backend/epoch.rs#s/unsafe { guard.defer_unchecked(move || release(old)) };/unsafe { release(old) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
   "epoch reference never released (version header leaked)#src/backend/epoch.rs#s/unsafe { guard.defer_unchecked(move || release(old)) };/let _ = old;/#m3_two_writers_different_ranks_epoch#leaked"
-  "replaced node freed at once, not retired#src/trie/reclaimer.rs#s/r.garbage.push(Garbage { node, death });/unsafe { Node::free(node) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
+  "replaced node freed at once, not retired#src/trie/reclaimer.rs#s/r.garbage.push_back(Garbage { node, death });/unsafe { Node::free(node) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
   "replaced node never retired (leaked)#src/trie/mod.rs#s/                replaced.push(n);/                let _ = n;/#m9_replaced_nodes_are_retired_after_readers_epoch#leaked"
   "published node mutated in place (shared with a snapshot)#src/trie/mod.rs#s/Node::birth_of(n.cast()) } == seq => n.cast(),/Node::birth_of(n.cast()) } <= seq => n.cast(),/#m10_held_iterator_across_publishes_epoch#Causality violation\\|SIGSEGV"
   "iterator takes no count on its version#src/backend/epoch.rs#s/let before = refs.fetch_add(1, Ordering::Relaxed);/let before = 0usize; let _ = refs;/#m10_held_iterator_across_publishes_epoch#Causality violation\\|SIGSEGV"

@@ -27,6 +27,12 @@ tls! {
     static HANDLE: LocalHandle = COLLECTOR.register();
 }
 
+/// `true` while this thread holds a pin of the crate's collector (a scoped read that is not the
+/// live owner's, a `for_each`, a lookup in progress).
+pub(crate) fn is_pinned() -> bool {
+    HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false)
+}
+
 /// Pins this thread on the crate's collector (I18). During thread teardown, once `HANDLE` is gone,
 /// a temporary handle is registered for the pin (as crossbeam's own `epoch::pin` does).
 #[inline]

@@ -1,9 +1,17 @@
 //! Rank identities: one `u64` per OS thread or [`Rank`], handed out from one process-wide counter
-//! and never reused, plus the registry of live ranks that [`RankLocal::purge_exited`] consults.
+//! and never reused, plus the registry of live ranks that [`RankLocal::purge_exited`] consults and
+//! that delivers each rank's exit to the `RankLocal`s that asked for it.
 //!
 //! *Exited* is one notion, owned here: a rank is live from the moment its id is handed out until
 //! [`exit`] removes it from [`LIVE`] — when its thread's thread-local destructors run, or when its
 //! `Rank` is dropped. Everything that asks whether a rank has exited asks [`LIVE`].
+//!
+//! # Exit notifications
+//! A `RankLocal` that holds a scoped-only instance of a rank asks for the rank's exit with
+//! [`watch_exit`]: its [`Inbox`] is recorded with the rank in [`LIVE`], and [`exit`] pushes the
+//! rank's id into every such inbox (or `watch_exit` does at once, if the rank has exited already).
+//! So a sweep looks only at the ranks that exited since the last one — O(k) for k exits, with no
+//! scan of the map and no hold of [`LIVE`] — and does not run at all while its inbox is empty.
 //!
 //! The per-thread state is a `const`-initialized thread-local of plain `Cell`s with no destructor,
 //! so it can be read at any point of a thread's life, including from another thread-local's
@@ -13,9 +21,9 @@
 
 use core::cell::Cell;
 use core::fmt;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
-use crate::primitive::{global, lock, tls, AtomicU64, Mutex, Ordering};
+use crate::primitive::{global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
 
 /// A rank's identity: one per OS thread, unique for the life of the process and never reused,
 /// even after the thread exits (as PyTorch's `RecordFunction::currentThreadId()`).
@@ -154,7 +162,7 @@ impl Rank {
     #[must_use = "a Rank exits when dropped; dropping it at once makes an exited rank"]
     pub fn new() -> Rank {
         let id = fresh_id();
-        lock(&LIVE).insert(id);
+        lock(&LIVE).insert(id, Watchers::NEW);
         Rank {
             id: RankId::from_raw(id),
         }
@@ -216,8 +224,100 @@ global! {
 }
 
 global! {
-    /// Ids of threads that have an id and have not run their exit hook yet.
-    static LIVE: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
+    /// The live ranks: threads that have an id and have not run their exit hook yet, and `Rank`s
+    /// not yet dropped; each with the inboxes that want its exit.
+    static LIVE: Mutex<BTreeMap<u64, Watchers>> = Mutex::new(BTreeMap::new());
+}
+
+/// Where the exits of watched ranks are delivered: one per `RankLocal` that holds scoped-only
+/// instances (see the module docs).
+pub(crate) struct Inbox {
+    /// Ids of exited ranks not yet taken by a sweep (a rank may appear more than once).
+    exited: Mutex<Vec<u64>>,
+    /// Set when the `RankLocal` is dropped: nothing is delivered any more, and registrations of
+    /// it are pruned.
+    closed: AtomicBool,
+}
+
+impl Inbox {
+    pub(crate) fn new() -> Arc<Inbox> {
+        Arc::new(Inbox {
+            exited: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// How many exits wait to be taken.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.exited).len()
+    }
+
+    /// Takes every exit delivered so far.
+    pub(crate) fn take(&self) -> Vec<u64> {
+        core::mem::take(&mut *lock(&self.exited))
+    }
+
+    /// Stops deliveries (the `RankLocal` is going away).
+    pub(crate) fn close(&self) {
+        // Relaxed: a hint that lets `exit` skip the push and `Watchers` prune the entry; a push
+        // that misses it only lands in an inbox nobody reads, freed with its last `Arc`.
+        self.closed.store(true, Ordering::Relaxed);
+        lock(&self.exited).clear();
+    }
+
+    fn is_closed(&self) -> bool {
+        // Relaxed: see `close`.
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    fn deliver(&self, rank: u64) {
+        if !self.is_closed() {
+            lock(&self.exited).push(rank);
+        }
+    }
+}
+
+/// The inboxes that want one live rank's exit.
+struct Watchers {
+    inboxes: Vec<Arc<Inbox>>,
+    /// Prune closed and repeated inboxes when `inboxes` reaches this length: so a long-lived rank
+    /// (the main thread) that touches many short-lived `RankLocal`s keeps at most about twice as
+    /// many entries as it has live watchers, at amortized O(log n) per registration.
+    prune_at: usize,
+}
+
+impl Watchers {
+    const NEW: Watchers = Watchers {
+        inboxes: Vec::new(),
+        prune_at: 4,
+    };
+
+    fn add(&mut self, inbox: &Arc<Inbox>) {
+        if self.inboxes.len() >= self.prune_at {
+            self.inboxes.retain(|i| !i.is_closed());
+            self.inboxes
+                .sort_unstable_by_key(|i| Arc::as_ptr(i) as usize);
+            self.inboxes.dedup_by(|a, b| Arc::ptr_eq(a, b));
+            self.prune_at = (2 * self.inboxes.len()).max(4);
+            if self.inboxes.capacity() > 2 * self.prune_at {
+                self.inboxes.shrink_to(self.prune_at);
+            }
+        }
+        self.inboxes.push(Arc::clone(inbox));
+    }
+}
+
+/// Delivers `rank`'s exit to `inbox` when it happens — at once if `rank` has exited already (or,
+/// under loom, is a thread rank: thread liveness is not tracked there).
+pub(crate) fn watch_exit(rank: u64, inbox: &Arc<Inbox>) {
+    let mut live = lock(&LIVE);
+    match live.get_mut(&rank) {
+        Some(w) => w.add(inbox),
+        None => {
+            drop(live);
+            inbox.deliver(rank);
+        }
+    }
 }
 
 /// The rank the current thread acts for (assigning its own id on first use).
@@ -295,24 +395,14 @@ pub(crate) fn restore_current(prev: u64) {
 }
 
 /// Makes rank `id` exited: the one place a rank stops being live, for a thread (its exit hook) and
-/// for a [`Rank`] (its drop) alike. Idempotent.
+/// for a [`Rank`] (its drop) alike; delivers the exit to every inbox that asked for it. Idempotent.
 fn exit(id: u64) {
-    lock(&LIVE).remove(&id);
-    // Relaxed: a hint for the amortized sweep of scoped instances only; the sweep decides from
-    // `LIVE` itself, under its lock.
-    EXITS.fetch_add(1, Ordering::Relaxed);
-}
-
-global! {
-    /// Ranks exited so far in the process (counts calls of [`exit`]): the sweep of scoped-only
-    /// instances runs when this grew enough since the last one (amortized).
-    static EXITS: AtomicU64 = AtomicU64::new(0);
-}
-
-/// Number of rank exits so far (a hint, see [`EXITS`]).
-pub(crate) fn exits() -> u64 {
-    // Relaxed: a heuristic trigger, see `exit`.
-    EXITS.load(Ordering::Relaxed)
+    let watchers = lock(&LIVE).remove(&id);
+    // Delivered after `LIVE` is released: an inbox has its own lock, so `LIVE` is held for
+    // O(log live) whatever the number of watchers.
+    for inbox in watchers.into_iter().flat_map(|w| w.inboxes) {
+        inbox.deliver(id);
+    }
 }
 
 /// `true` while this thread's own rank is live and its exit hook has not started: only then may
@@ -351,7 +441,7 @@ fn register_live(_id: u64) {}
 
 #[cfg(not(loom))]
 fn register_live(id: u64) {
-    lock(&LIVE).insert(id);
+    lock(&LIVE).insert(id, Watchers::NEW);
     // A thread that gets its id while it is already being torn down cannot register a hook any
     // more: take it back out of LIVE right away, so it counts as exited (it is exiting).
     if EXIT_HOOK.try_with(|h| h.set(Some(ExitHook(id)))).is_err() {
@@ -362,10 +452,15 @@ fn register_live(id: u64) {
     }
 }
 
-/// Calls `f` with the set of live rank ids: threads that have not exited and [`Rank`]s not yet
-/// dropped (cold path of `purge_exited`).
-pub(crate) fn with_live<R>(f: impl FnOnce(&BTreeSet<u64>) -> R) -> R {
-    f(&lock(&LIVE))
+/// Keeps in `ranks` only those that have exited. Takes [`LIVE`] for a few dozen ranks at a time,
+/// so threads and `Rank`s starting or ending elsewhere wait for at most one chunk.
+pub(crate) fn retain_exited(ranks: &mut Vec<u64>) {
+    let mut out = Vec::with_capacity(ranks.len());
+    for chunk in ranks.chunks(64) {
+        let live = lock(&LIVE);
+        out.extend(chunk.iter().copied().filter(|r| !live.contains_key(r)));
+    }
+    *ranks = out;
 }
 
 #[cfg(all(test, not(loom)))]

@@ -158,8 +158,12 @@ impl Backend for ArcSwap {
         });
     }
 
-    fn remove(map: &ArcSwapMap, rank: u64) -> Option<Erased> {
-        map.publish(|w| w.remove(rank))
+    fn remove(map: &ArcSwapMap, ranks: &[u64]) -> usize {
+        map.publish(|w| {
+            let n = ranks.iter().filter(|&&r| w.remove(r).is_some()).count();
+            (n > 0).then_some(n)
+        })
+        .unwrap_or(0)
     }
 
     fn len(map: &ArcSwapMap) -> usize {

@@ -95,8 +95,9 @@ impl Backend for Baseline {
         write(map).insert(rank, ptr);
     }
 
-    fn remove(map: &BaselineMap, rank: u64) -> Option<Erased> {
-        write(map).remove(&rank)
+    fn remove(map: &BaselineMap, ranks: &[u64]) -> usize {
+        let mut m = write(map);
+        ranks.iter().filter(|r| m.remove(r).is_some()).count()
     }
 
     fn len(map: &BaselineMap) -> usize {

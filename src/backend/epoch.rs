@@ -260,8 +260,12 @@ impl Backend for Epoch {
         });
     }
 
-    fn remove(map: &EpochMap, rank: u64) -> Option<Erased> {
-        map.publish(|w| w.remove(rank))
+    fn remove(map: &EpochMap, ranks: &[u64]) -> usize {
+        map.publish(|w| {
+            let n = ranks.iter().filter(|&&r| w.remove(r).is_some()).count();
+            (n > 0).then_some(n)
+        })
+        .unwrap_or(0)
     }
 
     fn len(map: &EpochMap) -> usize {

@@ -98,10 +98,12 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn insert(map: &Self::Map, rank: u64, ptr: Erased);
 
-    /// Unpublishes `rank`'s entry and returns it (the instance itself is not freed). Callers
-    /// serialize it with every `insert` (the `RankLocal`'s writer lock, I16); readers may race it.
+    /// Unpublishes the entries of `ranks`, all in one write (one new version on the snapshot
+    /// backends, so each trie node on their paths is copied once), and returns how many were
+    /// present. The instances themselves are not freed. Callers serialize it with every `insert`
+    /// (the `RankLocal`'s writer lock, I16); readers may race it.
     #[doc(hidden)]
-    fn remove(map: &Self::Map, rank: u64) -> Option<Erased>;
+    fn remove(map: &Self::Map, ranks: &[u64]) -> usize;
 
     /// Number of entries.
     #[doc(hidden)]

@@ -13,7 +13,7 @@
 use crossbeam_epoch::Guard;
 
 use super::instance::{InstancePtr, ESCAPED, SCOPED};
-use super::reclaim::{free_batches, SweepWhen};
+use super::reclaim::SweepWhen;
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::collector::pin;
@@ -107,13 +107,16 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 w.all_escaped = false; // before publishing (I31)
             }
             B::insert(&self.map, rank, p.erased());
-            // Writers sweep exited ranks' scoped-only instances, amortized (I32).
+            if access == Access::Scoped {
+                Self::watch_exit(&mut w, rank); // after publishing: see I36
+            }
+            // Writers sweep exited ranks' scoped-only instances, amortized (I32, I36).
             let (_, ready) = self.sweep(&mut w, SweepWhen::Due);
             (guard, ready)
         };
         drop(claim);
-        // SAFETY: batches whose grace period passed (I32); outside the writer lock.
-        unsafe { free_batches::<T>(ready) };
+        // Outside the writer lock; a `T::drop` panic is kept for an explicit reclamation call.
+        self.free_ready(ready);
         Ok((p, guard))
     }
 }

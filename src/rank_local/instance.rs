@@ -1,11 +1,15 @@
 //! One instance: its allocation (I1), the typed pointer every lookup hands out through (I5), its
-//! state machine (I30, I31), and dropping removed instances so that a panicking `T::drop` does
-//! not stop the others (I10).
+//! state machine (I30, I31), and dropping removed instances — each as its own rank, and so that a
+//! panicking `T::drop` does not stop the others (I10).
 
+use core::any::Any;
 use core::marker::PhantomData;
+use core::panic::AssertUnwindSafe;
 use core::ptr::NonNull;
 
+use crate::delegation::on_behalf_of;
 use crate::erased::Erased;
+use crate::identity::RankId;
 use crate::primitive::{AtomicUsize, Ordering};
 
 /// State of an instance no plain `&T` was handed out for: it may be reclaimed once its rank
@@ -144,35 +148,27 @@ impl<T> InstancePtr<T> {
     }
 }
 
-/// Frees every instance in `entries`, each exactly once, even if a `T::drop` panics (I10): the
-/// rest are still dropped, then the first panic propagates (a second one aborts, as in std).
+/// Frees every instance in `entries`, each exactly once and each as its own rank (inside
+/// `on_behalf_of(rank, ..)`, I10), even if a `T::drop` panics: the rest are still dropped, and
+/// the first panic's payload is returned for the caller to re-raise (later ones are dropped).
 ///
 /// # Safety
 /// Every entry is an instance of a `RankLocal<T, _>`'s map (I5) that was removed from it, with no
-/// reference to it left (I6, I4).
-pub(super) unsafe fn drop_all<T>(entries: Vec<(u64, Erased)>) {
-    /// On unwind out of one instance's drop, frees the instances not yet freed (I10).
-    struct FreeRest<'a, T> {
-        rest: &'a mut std::vec::IntoIter<(u64, Erased)>,
-        _t: PhantomData<T>,
-    }
-    impl<T> Drop for FreeRest<'_, T> {
-        fn drop(&mut self) {
-            for (_, p) in &mut *self.rest {
-                // SAFETY: an entry of `drop_all`'s argument, not yet freed: the iterator yields
-                // each once (I10), and the caller's contract covers it (I5, I6).
-                unsafe { InstancePtr::<T>::new(p).free() };
-            }
+/// reference to it left (I6, I4), paired with its rank.
+#[must_use = "a `T::drop` panic is returned to be re-raised"]
+pub(super) unsafe fn drop_all<T>(entries: Vec<(u64, Erased)>) -> Option<Box<dyn Any + Send>> {
+    let mut first = None;
+    for (rank, p) in entries {
+        let drop_one = || {
+            // SAFETY: an entry of the argument, freed once (the loop takes each once, I10); the
+            // caller's contract covers the rest (I5, I6).
+            on_behalf_of(RankId::from_raw(rank), || unsafe {
+                InstancePtr::<T>::new(p).free()
+            });
+        };
+        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(drop_one)) {
+            first.get_or_insert(panic);
         }
     }
-    let mut entries = entries.into_iter();
-    while let Some((_, p)) = entries.next() {
-        let guard = FreeRest::<T> {
-            rest: &mut entries,
-            _t: PhantomData,
-        };
-        // SAFETY: as for `FreeRest::drop`: the caller's contract (I5, I6), each entry once (I10).
-        unsafe { InstancePtr::<T>::new(p).free() };
-        core::mem::forget(guard);
-    }
+    first
 }

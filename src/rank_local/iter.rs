@@ -15,6 +15,13 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// iterator keeps its own snapshot alive by a count, not by an epoch pin, so a long-lived
     /// iterator does not stop reclamation elsewhere in the process.
     ///
+    /// **What it yields is kept.** Each `&T` lives as long as the `RankLocal`, so every instance
+    /// in the snapshot counts as handed out, like one `get` returned: it is kept until `&mut`
+    /// access ([`purge_exited`](Self::purge_exited), [`clear`](Self::clear)) or drop, even after
+    /// its rank exits. A monitor that sums the workers' values with `iter()` therefore stops them
+    /// from being freed; use [`for_each`](Self::for_each), which lends each value to a closure
+    /// and keeps nothing (so does `{:?}`).
+    ///
     /// `&RankLocal` is `IntoIterator` too: `for (rank, v) in &rl` is `rl.iter()`.
     ///
     /// ```

@@ -561,12 +561,13 @@ impl<T: Send + Sync, B: Backend> Default for RankLocal<T, B> {
 
 impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for RankLocal<T, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        /// Formats through a scoped visit, by rank: formatting hands out no `&T`, so it keeps
+        /// nothing alive (through `iter`, one log line of a `static` would keep every instance).
         struct Entries<'a, T: Send + Sync, B: Backend>(&'a RankLocal<T, B>);
         impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for Entries<'_, T, B> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                let mut entries: Vec<_> = self.0.iter().collect();
-                entries.sort_by_key(|&(r, _)| r);
-                f.debug_map().entries(entries).finish()
+                self.0
+                    .visit_sorted(|entries| f.debug_map().entries(entries.iter().copied()).finish())
             }
         }
         f.debug_struct("RankLocal")

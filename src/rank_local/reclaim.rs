@@ -1,55 +1,97 @@
-//! Reclamation: the sweep of exited ranks' scoped-only instances through `&self` (I30, I32),
-//! `reclaim_exited`, and the `&mut` removals — `clear`, `purge_exited`, drop — that free at once
-//! (I6, I10).
+//! Reclamation: the sweep of exited ranks' scoped-only instances through `&self` (I30, I32,
+//! I36), `reclaim_exited` and its blocking form, and the `&mut` removals — `clear`,
+//! `purge_exited`, drop — that free at once (I6, I10).
 //!
-//! A sweep runs under the writer lock: it moves the SCOPED instances of exited ranks to
-//! RECLAIMING, unpublishes them, stores a fresh uid (so pinned cache entries keyed by the old one
+//! # The sweep
+//! A scoped first touch asks for its rank's exit ([`identity::watch_exit`]): when the rank exits,
+//! its id lands in this `RankLocal`'s [`Inbox`]. A sweep runs under the writer lock when the
+//! inbox holds enough exits (max(16, len/2): a first touch's amortized sweep) or at once
+//! (`reclaim_exited`). It takes the inbox, moves each of those ranks' SCOPED instances to
+//! RECLAIMING, unpublishes all of them in **one** write (one new version: each trie node on
+//! their paths is copied once), stores a fresh uid (so pinned cache entries keyed by the old one
 //! are dead, I34) and retires them as one *batch* whose token the crate's collector sets after a
-//! grace period; a later sweep that sees the token set frees the batch, outside the lock.
+//! grace period. A later sweep that sees the token set frees the batch, outside the lock. So a
+//! sweep of k exits costs O(k log n) and never looks at the rest of the map.
+//!
+//! # Dropping
+//! Every instance the crate frees is dropped as its own rank (inside `on_behalf_of(rank, ..)`),
+//! and a panicking `T::drop` stops nothing: the rest are dropped, then the first panic is
+//! re-raised — at once by the `&mut` operations and the drop, and by the next explicit
+//! reclamation call (`reclaim_exited*`, `purge_exited`, `clear`, drop) for a sweep a first touch
+//! ran, so that an unrelated rank's `get`/`with` never panics with another value's panic.
+
+use core::any::Any;
+use std::collections::VecDeque;
 
 use super::instance::{drop_all, InstancePtr, RECLAIMING, SCOPED};
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
-use crate::collector::pin;
+use crate::collector;
 use crate::erased::Erased;
-use crate::identity;
+use crate::identity::{self, Inbox};
 use crate::primitive::{lock, mutex_mut, Arc, AtomicBool, Ordering};
 
 /// Instances the sweeper unpublished, freed once `done` is set: by a deferred epoch closure that
 /// runs after every thread pinned when it was deferred has unpinned (I32).
 pub(super) struct Batch {
+    /// Sweeps number their batches (for `reclaim_exited_blocking`, which waits for the ones
+    /// retired before it returns).
+    serial: u64,
     done: Arc<AtomicBool>,
     entries: Vec<(u64, Erased)>,
 }
 
+/// A panic payload, kept to re-raise at an explicit reclamation call.
+type Payload = Box<dyn Any + Send>;
+
 /// The sweeper's bookkeeping (part of what the writer lock guards).
 pub(super) struct Sweep {
-    /// `identity::exits()` at the last sweep: the amortization trigger.
-    exits_seen: u64,
-    /// Unpublished instances waiting for their grace period (I32).
-    batches: Vec<Batch>,
+    /// Where the exits of ranks with a scoped instance here are delivered; made by the first
+    /// scoped first touch (I36).
+    inbox: Option<Arc<Inbox>>,
+    /// Unpublished instances waiting for their grace period (I32), by ascending serial.
+    batches: VecDeque<Batch>,
+    /// The serial of the next batch.
+    next_serial: u64,
+    /// `batches.len()` at which `take_ready` scans them all, not just the front.
+    scan_at: usize,
+    /// Batches taken out to be freed and not freed yet: (serial, the freeing thread's own rank).
+    freeing: Vec<(u64, u64)>,
+    /// The first panic of a `T::drop` in a sweep's free, not re-raised yet.
+    panic: Option<Payload>,
 }
 
 impl Sweep {
     pub(super) const NEW: Sweep = Sweep {
-        exits_seen: 0,
-        batches: Vec::new(),
+        inbox: None,
+        batches: VecDeque::new(),
+        next_serial: 0,
+        scan_at: 8,
+        freeing: Vec::new(),
+        panic: None,
     };
 
-    /// Takes out the batches whose grace period passed (I32).
+    /// Takes out the batches whose grace period passed (I32), in amortized O(1) per batch: the
+    /// collector runs deferred closures roughly in the order they were deferred, so the front
+    /// is checked every time and the rest only once the queue has doubled since the last scan.
     fn take_ready(&mut self) -> Vec<Batch> {
-        let mut ready = Vec::new();
-        let mut i = 0;
-        while i < self.batches.len() {
-            // Acquire: pairs with the deferred Release store, which the collector runs after
-            // every reader pinned at the retirement unpinned (I32).
-            if self.batches[i].done.load(Ordering::Acquire) {
-                ready.push(self.batches.swap_remove(i));
-            } else {
-                i += 1;
-            }
+        // Acquire: pairs with the deferred Release store, which the collector runs after every
+        // reader pinned at the retirement unpinned (I32).
+        let ready = |b: &Batch| b.done.load(Ordering::Acquire);
+        let mut out = Vec::new();
+        while self.batches.front().is_some_and(ready) {
+            out.extend(self.batches.pop_front());
         }
-        ready
+        if self.batches.len() >= self.scan_at {
+            let (now, later): (VecDeque<Batch>, VecDeque<Batch>) =
+                core::mem::take(&mut self.batches)
+                    .into_iter()
+                    .partition(ready);
+            out.extend(now);
+            self.batches = later;
+            self.scan_at = (2 * self.batches.len()).max(8);
+        }
+        out
     }
 
     /// Every batch, ready or not (for exclusive access only, I6).
@@ -59,92 +101,151 @@ impl Sweep {
             .flat_map(|b| b.entries)
             .collect()
     }
+
+    /// `true` while a batch with a serial below `upto` is retired or being freed by a thread other
+    /// than `me` (`reclaim_exited_blocking`'s wait).
+    fn holds_before(&self, upto: u64, me: u64) -> bool {
+        // `batches` is in ascending serial order: the front is the oldest.
+        self.batches.front().is_some_and(|b| b.serial < upto)
+            || self.freeing.iter().any(|&(s, t)| s < upto && t != me)
+    }
 }
 
 /// When [`RankLocal::sweep`] sweeps.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum SweepWhen {
-    /// Only if enough ranks exited since the last sweep (a first touch's amortized sweep).
+    /// Only if enough ranks exited (a first touch's amortized sweep).
     Due,
     /// Now (`reclaim_exited`).
     Now,
 }
 
-/// Frees the instances of `batches` (I10's `drop_all`).
-///
-/// # Safety
-/// Every batch's grace period passed (its `done` was seen set, I32), or no reader exists (I6).
-pub(super) unsafe fn free_batches<T>(batches: Vec<Batch>) {
-    if batches.is_empty() {
-        return;
-    }
-    let entries = batches.into_iter().flat_map(|b| b.entries).collect();
-    // SAFETY: retired instances of this map (I5), unpublished, their cached copies dead (I34)
-    // and no reader left (I32), each in one batch once (I10).
-    unsafe { drop_all::<T>(entries) };
-}
+/// Batches taken out of the bookkeeping to be freed outside the writer lock
+/// ([`RankLocal::free_ready`]).
+#[must_use = "taken batches are freed by `free_ready`"]
+pub(super) struct Ready(Vec<Batch>);
 
 impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
-    /// The sweep (I30, I32), under the writer lock `w`: now, or if enough ranks exited since the
-    /// last one (half of `len`, at least 16: amortized O(1) per exit), moves the SCOPED instances
-    /// of exited ranks to RECLAIMING, unpublishes them, draws a fresh uid and retires them as one
-    /// batch behind an epoch grace period. Returns how many it retired and the earlier batches now
-    /// ready to free (the caller frees them after dropping the lock).
-    pub(super) fn sweep(&self, w: &mut Writer, when: SweepWhen) -> (usize, Vec<Batch>) {
+    /// Asks for `rank`'s exit, whose scoped instance the writer holding `w` just published
+    /// (I36).
+    pub(super) fn watch_exit(w: &mut Writer, rank: u64) {
+        let inbox = w.sweep.inbox.get_or_insert_with(Inbox::new);
+        identity::watch_exit(rank, inbox);
+    }
+
+    /// The sweep (I30, I32, I36), under the writer lock `w`: now, or if enough ranks exited (at
+    /// least 16 and half of `len`: O(len) exits between sweeps, so `len` stays within about twice
+    /// the live ranks plus 16), takes the exits delivered to the inbox, moves those ranks'
+    /// SCOPED instances to RECLAIMING, unpublishes them in one write, draws a fresh uid and
+    /// retires them as one batch behind an epoch grace period. Returns how many it retired and
+    /// the batches now ready to free, which the caller frees with
+    /// [`free_ready`](Self::free_ready) after dropping the lock.
+    pub(super) fn sweep(&self, w: &mut Writer, when: SweepWhen) -> (usize, Ready) {
         let sw = &mut w.sweep;
-        let exits = identity::exits();
-        let due = when == SweepWhen::Now
-            || exits.wrapping_sub(sw.exits_seen) >= (B::len(&self.map) as u64 / 2).max(16);
+        let pending = sw.inbox.as_ref().map_or(0, |i| i.len());
+        let due = pending > 0
+            && (when == SweepWhen::Now
+                || (pending >= 16 && pending as u64 >= B::len(&self.map) as u64 / 2));
         let mut n = 0;
-        if due {
-            sw.exits_seen = exits;
-            let mut found: Vec<(u64, Erased)> = B::iter(&self.map).collect();
-            identity::with_live(|live| found.retain(|(rank, _)| !live.contains(rank)));
+        if let (true, Some(inbox)) = (due, &sw.inbox) {
+            let mut ranks = Vec::new();
             let mut batch = Vec::new();
-            for (rank, p) in found {
+            for rank in inbox.take() {
+                let Some(p) = B::get(&self.map, rank) else {
+                    continue; // removed by `&mut`, never made, or a repeated exit
+                };
                 // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
                 // I32).
                 let st = unsafe { InstancePtr::<T>::new(p).state() };
                 // SeqCst (Relaxed would do for the one-winner property, I30): keeps the
-                // argument about readers local.
+                // argument about readers local. The rank has exited (it is in the inbox, I36),
+                // so no live owner uses this instance without a pin (I35).
                 if st
                     .compare_exchange(SCOPED, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok()
                 {
-                    let removed = B::remove(&self.map, rank);
-                    debug_assert!(removed.is_some());
+                    ranks.push(rank);
                     batch.push((rank, p));
                 }
             }
             n = batch.len();
-            if !batch.is_empty() {
+            if n > 0 {
+                let removed = B::remove(&self.map, &ranks);
+                debug_assert_eq!(removed, n);
                 // A fresh uid before retiring: pinned scoped entries keyed by the old one are
                 // dead for every reader that pins after this store (I34).
                 self.uid.store(fresh_uid(), Ordering::SeqCst);
                 let done = Arc::new(AtomicBool::new(false));
                 let flag = Arc::clone(&done);
-                let guard = pin();
+                let guard = collector::pin();
                 // Release: pairs with the Acquire in `take_ready`; the collector runs this only
                 // after every thread pinned now has unpinned (I32). Only a `'static` token is
                 // deferred, never a `T`: the closure runs no user code (I18).
                 guard.defer(move || flag.store(true, Ordering::Release));
                 guard.flush();
-                sw.batches.push(Batch {
+                sw.batches.push_back(Batch {
+                    serial: sw.next_serial,
                     done,
                     entries: batch,
                 });
+                sw.next_serial += 1;
             }
         }
-        (n, sw.take_ready())
+        let ready = sw.take_ready();
+        let me = identity::own_raw();
+        sw.freeing.extend(ready.iter().map(|b| (b.serial, me)));
+        (n, Ready(ready))
+    }
+
+    /// Frees batches [`sweep`](Self::sweep) took out, outside the writer lock; a `T::drop` panic
+    /// is kept for the next explicit reclamation call (see the module docs).
+    pub(super) fn free_ready(&self, ready: Ready) {
+        let Ready(batches) = ready;
+        if batches.is_empty() {
+            return;
+        }
+        let serials: Vec<u64> = batches.iter().map(|b| b.serial).collect();
+        let entries = batches.into_iter().flat_map(|b| b.entries).collect();
+        // SAFETY: retired instances of this map (I5), unpublished, their cached copies dead (I34)
+        // and no reader left: each batch's grace period passed (I32); each in one batch once
+        // (I10).
+        let panic = unsafe { drop_all::<T>(entries) };
+        let mut w = lock(&self.writer);
+        let me = identity::own_raw();
+        for s in serials {
+            if let Some(i) = w.sweep.freeing.iter().position(|&f| f == (s, me)) {
+                w.sweep.freeing.swap_remove(i);
+            }
+        }
+        if w.sweep.panic.is_none() {
+            w.sweep.panic = panic;
+        }
+    }
+
+    /// Re-raises a `T::drop` panic a first touch's sweep kept, if any.
+    fn resume_kept_panic(&self) {
+        let panic = lock(&self.writer).sweep.panic.take();
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
     }
 
     /// The instances of exited ranks that were only ever reached through scoped access
-    /// ([`with`](Self::with), [`with_for`](Self::with_for), [`for_each`](Self::for_each)): unpublishes them
-    /// now and returns how many; each is dropped once no reader can still see it, by this call,
-    /// a later sweep or the `RankLocal`'s drop. Instances ever handed out as `&T` are kept.
+    /// ([`with`](Self::with), [`with_for`](Self::with_for), [`for_each`](Self::for_each)):
+    /// unpublishes them now and returns how many. Each is dropped once no reader can still see it
+    /// — by this call if the readers are already gone (it helps the grace period along a little),
+    /// else by a later sweep, reclamation call or the `RankLocal`'s drop. Instances ever handed
+    /// out as `&T` are kept. [`reclaim_exited_blocking`](Self::reclaim_exited_blocking) waits
+    /// until they are dropped.
     ///
     /// Writers (first touches) sweep on their own, amortized, so memory stays bounded without
-    /// calling this; it is for dropping promptly.
+    /// calling this; it is for dropping promptly. Each value is dropped as its own rank
+    /// ([`RankId::current`](crate::RankId::current) inside `T::drop` is that rank).
+    ///
+    /// A thread's rank exits when its thread-local destructors run. `std::thread::scope` returns
+    /// as soon as its threads' closures have returned, possibly before that: join the scoped
+    /// threads' handles (`s.spawn(..).join()`), which wait for the threads to end, before
+    /// reclaiming what they used.
     ///
     /// ```
     /// use ranklocal::{on_behalf_of, Rank, RankLocal};
@@ -159,23 +260,112 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(rl.len(), 0);
     /// assert!(rl.with_for(id, |_| ()).is_none());
     /// ```
+    ///
+    /// # Panics
+    /// If a `T::drop` panicked while this call or an earlier sweep dropped values: every other
+    /// value was dropped, then the first such panic is re-raised here.
     pub fn reclaim_exited(&self) -> usize {
-        let (n, mut ready) = self.sweep(&mut lock(&self.writer), SweepWhen::Now);
+        let (n, ready) = self.sweep(&mut lock(&self.writer), SweepWhen::Now);
+        self.free_ready(ready);
         // Help the grace period along (each flush may advance the epoch once); whatever is not
         // ready yet goes with a later sweep.
         for _ in 0..3 {
             if lock(&self.writer).sweep.batches.is_empty() {
                 break;
             }
-            pin().flush();
-            ready.extend(lock(&self.writer).sweep.take_ready());
+            collector::pin().flush();
+            let (_, ready) = self.sweep(&mut lock(&self.writer), SweepWhen::Due);
+            self.free_ready(ready);
         }
-        // SAFETY: batches whose grace period passed (I32); outside the writer lock.
-        unsafe { free_batches::<T>(ready) };
+        self.resume_kept_panic();
+        n
+    }
+
+    /// [`reclaim_exited`](Self::reclaim_exited), then waits — like `synchronize_rcu` — until
+    /// every instance it unpublished, and every one earlier sweeps unpublished, has been dropped:
+    /// when it returns, every scoped-only instance of a rank that had exited when it was called
+    /// is gone. Returns how many this call unpublished.
+    ///
+    /// It waits for the readers that may still see those instances (delegates inside
+    /// [`with_for`](Self::with_for) or another rank's [`with`](Self::with), [`for_each`](Self::for_each),
+    /// on any `RankLocal`) to leave their closures, so it blocks for as long as the longest such
+    /// read. Called from inside such a read on this thread it would wait for itself, so it
+    /// panics instead; called from inside a `T::drop` that a sweep runs, it does not wait for
+    /// the values that same sweep is still dropping.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// static TOTAL: AtomicU64 = AtomicU64::new(0);
+    /// struct Counter(AtomicU64);
+    /// impl Default for Counter {
+    ///     fn default() -> Self {
+    ///         Counter(AtomicU64::new(0))
+    ///     }
+    /// }
+    /// impl Drop for Counter {
+    ///     fn drop(&mut self) {
+    ///         TOTAL.fetch_add(self.0.load(Ordering::Relaxed), Ordering::Relaxed);
+    ///     }
+    /// }
+    ///
+    /// static COUNTS: RankLocal<Counter> = RankLocal::new();
+    /// let workers: Vec<_> = (0..4)
+    ///     .map(|_| std::thread::spawn(|| COUNTS.with(|c| c.0.fetch_add(10, Ordering::Relaxed))))
+    ///     .collect();
+    /// for w in workers {
+    ///     w.join().unwrap(); // the thread has ended: its rank has exited
+    /// }
+    /// COUNTS.reclaim_exited_blocking();
+    /// assert_eq!(TOTAL.load(Ordering::Relaxed), 40); // every worker's counter was folded in
+    /// ```
+    ///
+    /// # Panics
+    /// If called while this thread holds a pin of the crate's collector — inside `with_for`,
+    /// `for_each` or another rank's `with` — and as [`reclaim_exited`](Self::reclaim_exited)
+    /// if a `T::drop` panicked.
+    #[track_caller]
+    pub fn reclaim_exited_blocking(&self) -> usize {
+        assert!(
+            !collector::is_pinned(),
+            "ranklocal: reclaim_exited_blocking called inside a scoped read (with_for, for_each, \
+             or with for another rank) on this thread: it would wait for that read to end; call \
+             it after the closure returns"
+        );
+        let (n, upto) = {
+            let mut w = lock(&self.writer);
+            let (n, ready) = self.sweep(&mut w, SweepWhen::Now);
+            let upto = w.sweep.next_serial;
+            drop(w);
+            self.free_ready(ready);
+            (n, upto)
+        };
+        let me = identity::own_raw();
+        let mut spins = 0u32;
+        loop {
+            let (ready, waiting) = {
+                let mut w = lock(&self.writer);
+                let ready = w.sweep.take_ready();
+                w.sweep.freeing.extend(ready.iter().map(|b| (b.serial, me)));
+                (Ready(ready), w.sweep.holds_before(upto, me))
+            };
+            self.free_ready(ready);
+            if !waiting {
+                break;
+            }
+            // Help the collector: a flush tries to advance the epoch and runs what is due.
+            collector::pin().flush();
+            backoff(&mut spins);
+        }
+        self.resume_kept_panic();
         n
     }
 
     /// Drops every instance.
+    ///
+    /// Each value is dropped as its own rank; if a `T::drop` panics, the others are still
+    /// dropped, then the first panic propagates.
     ///
     /// ```
     /// use ranklocal::RankLocal;
@@ -193,11 +383,13 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// Drops the instances of ranks that have exited, returning how many.
     ///
     /// A thread's rank counts as exited once its thread-local destructors have started; threads
-    /// whose destructors never run (the main thread at process exit) never count as exited. A
-    /// [`Rank`](crate::Rank)'s rank counts as exited once the `Rank` is dropped, and is live
-    /// until then, whether or not any thread acts for it. An exited rank can still be acted for;
-    /// an instance made for it afterwards is dropped by the next purge (see the crate docs'
-    /// "Exited ranks").
+    /// whose destructors never run (the main thread at process exit) never count as exited, and
+    /// `std::thread::scope` may return before its threads' destructors ran (join the handles
+    /// first, see [`reclaim_exited`](Self::reclaim_exited)). A [`Rank`](crate::Rank)'s rank counts
+    /// as exited once the `Rank` is dropped, and is live until then, whether or not any thread
+    /// acts for it. An exited rank can still be acted for; an instance made for it afterwards is
+    /// dropped by the next purge (see the crate docs' "Exited ranks"). Each value is dropped as
+    /// its own rank; a `T::drop` panic propagates after the others were dropped.
     ///
     /// ```
     /// use ranklocal::{on_behalf_of, Rank, RankLocal};
@@ -214,17 +406,22 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(sessions.len(), 2); // `b` (still live) and this thread
     /// ```
     pub fn purge_exited(&mut self) -> usize {
-        // Collect the live set first: dropping instances may touch rank ids (and its lock).
-        let live = identity::with_live(|live| live.clone());
-        self.remove_where(&mut |rank| live.contains(&rank))
+        // Ask about liveness first: dropping instances may touch rank ids (and the live set).
+        let mut exited: Vec<u64> = B::iter(&self.map).map(|(rank, _)| rank).collect();
+        identity::retain_exited(&mut exited);
+        exited.sort_unstable();
+        self.remove_where(&mut |rank| exited.binary_search(&rank).is_err())
     }
 
-    /// Removes (and drops) the instances `keep` rejects; returns how many.
+    /// Removes (and drops) the instances `keep` rejects; returns how many. Re-raises the first
+    /// `T::drop` panic, this call's or one a sweep kept, after dropping everything.
     fn remove_where(&mut self, keep: &mut dyn FnMut(u64) -> bool) -> usize {
         let mut removed = B::retain(&mut self.map, keep);
         let n = removed.len();
+        let sweep = &mut mutex_mut(&mut self.writer).sweep;
         // Retired batches go too: `&mut self` excludes every reader (I6, I32).
-        removed.extend(mutex_mut(&mut self.writer).sweep.take_all());
+        removed.extend(sweep.take_all());
+        let kept = sweep.panic.take();
         if !removed.is_empty() {
             // Relaxed: `&mut self`, ordered by whatever handed it to us. A fresh uid is drawn
             // on next use, so no thread cache can hit a removed instance (I4).
@@ -232,18 +429,45 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         }
         // SAFETY: every entry came out of this map (I5) and is no longer in it, and `&mut self`
         // excludes every other user (I6); the uid reset makes cached copies dead (I4).
-        unsafe { drop_all::<T>(removed) };
+        let panic = unsafe { drop_all::<T>(removed) };
+        if let Some(p) = kept.or(panic) {
+            std::panic::resume_unwind(p);
+        }
         n
+    }
+}
+
+/// Waits a little longer each round: spins, then yields, then sleeps up to 1 ms.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins <= 8 {
+        core::hint::spin_loop();
+    } else if *spins <= 32 {
+        std::thread::yield_now();
+    } else {
+        let micros = 1u64 << (*spins - 32).min(10);
+        std::thread::sleep(std::time::Duration::from_micros(micros));
     }
 }
 
 impl<T, B: Backend> Drop for RankLocal<T, B> {
     fn drop(&mut self) {
         let mut removed = B::retain(&mut self.map, &mut |_| false);
-        removed.extend(mutex_mut(&mut self.writer).sweep.take_all());
+        let sweep = &mut mutex_mut(&mut self.writer).sweep;
+        if let Some(inbox) = &sweep.inbox {
+            inbox.close(); // no more deliveries; the live ranks' registrations get pruned
+        }
+        removed.extend(sweep.take_all());
+        let kept = sweep.panic.take();
         // SAFETY: dropping the `RankLocal` — no other user exists (I6, I32); each pointer is an
         // instance of this map (I5), removed from it or retired (I32). The uid dies with `self`
         // and is never reused, so cached copies are dead (I4).
-        unsafe { drop_all::<T>(removed) };
+        let panic = unsafe { drop_all::<T>(removed) };
+        if let Some(p) = kept.or(panic) {
+            // Re-raised unless this drop runs during an unwind (a second panic would abort).
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(p);
+            }
+        }
     }
 }

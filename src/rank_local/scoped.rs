@@ -53,6 +53,27 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         }
     }
 
+    /// Lends every instance to `f` at once, sorted by rank, under one pin (a scoped visit, as
+    /// [`for_each`](Self::for_each): `Debug` formats through it).
+    pub(super) fn visit_sorted<R>(&self, f: impl FnOnce(&[(RankId, &T)]) -> R) -> R {
+        // The pin covers the snapshot's load and `f` (I33).
+        let _guard = pin();
+        let mut entries = Vec::new();
+        for (rank, p) in B::iter(&self.map) {
+            // SAFETY: an instance of this map (I5), read from a snapshot loaded under `_guard`
+            // (I33).
+            let p = unsafe { InstancePtr::<T>::new(p) };
+            // SAFETY: as just said (I33).
+            if unsafe { p.state() }.load(Ordering::Acquire) != RECLAIMING {
+                // SAFETY: alive while `_guard` is held (I32, I33); a `T` of this map (I5, I9);
+                // `f` is generic over the borrow's lifetime, so it cannot keep it.
+                entries.push((RankId::from_raw(rank), unsafe { p.value() }));
+            }
+        }
+        entries.sort_unstable_by_key(|&(rank, _)| rank);
+        f(&entries)
+    }
+
     /// `true` if `rank` is this thread's own rank and live: its instance cannot be reclaimed
     /// while the thread runs (I35).
     fn is_live_owner(rank: u64) -> bool {

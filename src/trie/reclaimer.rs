@@ -36,15 +36,31 @@ struct Garbage {
     death: u64,
 }
 
+/// The backlog (replaced versions plus replaced nodes) below which [`Reclaimer::collect`] never
+/// runs a full scan.
+const MIN_SCAN: usize = 64;
+
 /// The writer's bookkeeping: replaced versions that may still be read, and replaced nodes that
 /// may still be reachable from them. Only the (serialized) writer touches it (I16).
+///
+/// # Cost
+/// Each write calls [`collect`](Self::collect), which is amortized O(1) per replaced version and
+/// node, whatever readers do: it pops the versions that died from the front (versions usually die
+/// in the order they were replaced) and frees the nodes that no version left can contain — both
+/// O(what it frees) — and rescans the whole backlog only when it has doubled since the last
+/// rescan. A reader that holds an old version (a pin held elsewhere, a long-lived iterator) thus
+/// makes the backlog grow, never the cost per write; and what a held version keeps beyond its
+/// own nodes is at most about as much again.
 pub(crate) struct Reclaimer<H> {
     /// Replaced versions not yet seen dead, by ascending sequence number.
     versions: VecDeque<(u64, H)>,
-    /// Replaced nodes not yet freed.
-    garbage: Vec<Garbage>,
+    /// Replaced nodes not yet freed, by ascending `death` (each write records its own, and
+    /// writes' sequence numbers increase).
+    garbage: VecDeque<Garbage>,
     /// The nodes the write in progress replaced (moved to `garbage` by [`Write::retire`]).
     replaced: Vec<NonNull<Node>>,
+    /// The backlog at which the next full scan runs: twice what the last one left.
+    scan_at: usize,
 }
 
 // SAFETY: the node pointers are owned by the map's writer, which is serialized (I16); the nodes
@@ -62,8 +78,9 @@ pub(crate) struct Write<'a, H> {
 impl<H: ReplacedVersion> Reclaimer<H> {
     pub(crate) const NEW: Reclaimer<H> = Reclaimer {
         versions: VecDeque::new(),
-        garbage: Vec::new(),
+        garbage: VecDeque::new(),
         replaced: Vec::new(),
+        scan_at: MIN_SCAN,
     };
 
     /// Begins building version `base_seq + 1` from `base`, the trie of the published version
@@ -82,11 +99,53 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         }
     }
 
-    /// Forgets dead versions and frees every replaced node that no other version can reach.
+    /// Forgets dead versions and frees replaced nodes that no version left can reach, in
+    /// amortized O(1) per version and node (see [`Reclaimer`]'s cost).
     ///
     /// # Safety
     /// Every entry of `garbage` and `versions` was recorded by [`Write::retire`].
     pub(super) unsafe fn collect(&mut self) {
+        // The oldest versions, while they are dead (a dead version stays dead, I14).
+        while self.versions.front().is_some_and(|(_, h)| h.is_dead()) {
+            self.versions.pop_front();
+        }
+        // Every version older than the oldest one left was seen dead, and every node in front of
+        // the queue dies first: a node replaced at `death` is in versions `birth..death`, all
+        // older than `death`.
+        let oldest = self.versions.front().map_or(u64::MAX, |&(s, _)| s);
+        while self.garbage.front().is_some_and(|g| g.death <= oldest) {
+            let Some(g) = self.garbage.pop_front() else {
+                break;
+            };
+            // SAFETY: the node is reachable only from versions `birth..death` (I12), every one
+            // of them older than `oldest`, so replaced and seen dead (a dead version stays dead,
+            // I14): no reader or iterator can reach it; freed once, as it leaves the queue (I13).
+            unsafe { Node::free(g.node) };
+        }
+        // A version held out of order (an iterator on an old version while later ones die)
+        // stops the front: rescan everything once the backlog has doubled since the last scan.
+        if self.versions.len() + self.garbage.len() >= self.scan_at {
+            // SAFETY: forwarded (I13).
+            unsafe { self.collect_all() };
+            self.scan_at = (2 * (self.versions.len() + self.garbage.len())).max(MIN_SCAN);
+        }
+        // A backlog grows the buffers; give the memory back once it has drained. Halving at a
+        // quarter full keeps the cost amortized O(1) per retired node, and the heap follows the
+        // live garbage, not its peak.
+        if drained(self.garbage.len(), self.garbage.capacity()) {
+            self.garbage.shrink_to(self.garbage.capacity() / 2);
+        }
+        if drained(self.versions.len(), self.versions.capacity()) {
+            self.versions.shrink_to(self.versions.capacity() / 2);
+        }
+    }
+
+    /// Forgets every dead version and frees every replaced node that no version left can reach:
+    /// exact, O(backlog · log versions).
+    ///
+    /// # Safety
+    /// Every entry of `garbage` and `versions` was recorded by [`Write::retire`].
+    pub(super) unsafe fn collect_all(&mut self) {
         self.versions.retain(|(_, h)| !h.is_dead());
         let versions = &self.versions;
         self.garbage.retain(|g| {
@@ -103,15 +162,6 @@ impl<H: ReplacedVersion> Reclaimer<H> {
             }
             held
         });
-        // A backlog (a reader holding an old version through many writes) grows the buffers;
-        // give the memory back once it has drained. Halving at a quarter full keeps the cost
-        // amortized O(1) per retired node, and the heap follows the live garbage, not its peak.
-        if drained(self.garbage.len(), self.garbage.capacity()) {
-            self.garbage.shrink_to(self.garbage.capacity() / 2);
-        }
-        if drained(self.versions.len(), self.versions.capacity()) {
-            self.versions.shrink_to(self.versions.capacity() / 2);
-        }
     }
 
     /// Frees every replaced node at once and forgets every replaced version.
@@ -120,6 +170,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     /// Exclusive access: no reader or iterator of any version of this map exists (I6).
     pub(crate) unsafe fn free_replaced(&mut self) {
         self.versions = VecDeque::new();
+        self.scan_at = MIN_SCAN;
         for g in std::mem::take(&mut self.garbage) {
             // SAFETY: exclusive access (I6); each garbage node is freed once (I13).
             unsafe { Node::free(g.node) };
@@ -181,8 +232,9 @@ impl<H: ReplacedVersion> Write<'_, H> {
         debug_assert!(r.versions.back().is_none_or(|&(s, _)| s < seq));
         r.versions.push_back((seq, old));
         let death = self.seq;
+        debug_assert!(r.garbage.back().is_none_or(|g| g.death <= death));
         for node in r.replaced.drain(..) {
-            r.garbage.push(Garbage { node, death });
+            r.garbage.push_back(Garbage { node, death });
         }
         // SAFETY: every entry was recorded just above or by earlier retirements (I13).
         unsafe { r.collect() };

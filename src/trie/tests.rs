@@ -275,7 +275,7 @@ fn replaced_nodes_wait_for_every_version_that_contains_them() {
         }
     }
     // SAFETY: as recorded (I13).
-    unsafe { r.collect() };
+    unsafe { r.collect_all() };
     let (garbage, retired) = r.pending();
     assert_eq!(retired, 1, "only the held version is left");
     // only version 3's own nodes that later versions replaced are kept: its path
@@ -286,7 +286,7 @@ fn replaced_nodes_wait_for_every_version_that_contains_them() {
     assert_eq!(v3, vec![f * f + 1, f * f + 2, f * f + 3]);
     flags[2].set(true);
     // SAFETY: as recorded (I13).
-    unsafe { r.collect() };
+    unsafe { r.collect_all() };
     assert_eq!(r.pending(), (0, 0));
     // SAFETY: the last version's nodes, only owner (I13).
     unsafe { t.free_nodes() };
