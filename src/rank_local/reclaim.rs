@@ -155,11 +155,11 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                     continue; // removed by `&mut`, never made, or a repeated exit
                 };
                 // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
-                // I32).
+                // I32). Its rank came from the inbox, so it has exited (I36) and no live owner
+                // reads it without a pin (I35): the CAS below may take it.
                 let st = unsafe { InstancePtr::<T>::new(p).state() };
                 // SeqCst (Relaxed would do for the one-winner property, I30): keeps the
-                // argument about readers local. The rank has exited (it is in the inbox, I36),
-                // so no live owner uses this instance without a pin (I35).
+                // argument about readers local.
                 if st
                     .compare_exchange(SCOPED, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
                     .is_ok()
