@@ -295,6 +295,14 @@ fn stall<B: Backend>(n: usize, exited: usize) -> ! {
         ("max", ns(max)),
         ("idle_max", ns(idle.iter().max().copied())),
         ("probes", during.len().to_string()),
+        (
+            "slow",
+            during
+                .iter()
+                .filter(|&&d| d > 1_000_000)
+                .count()
+                .to_string(),
+        ),
     ])
 }
 
@@ -382,7 +390,7 @@ struct Cell {
     variant: usize,
     runs: Vec<Fields>,
     first_secs: f64,
-    capped: Option<Option<String>>,
+    capped: bool,
     skipped: bool,
     failed: Option<String>,
 }
@@ -396,7 +404,7 @@ impl Cell {
     fn show(&self, key: &str, cap: Duration, f: impl Fn(f64) -> String) -> String {
         if self.skipped {
             "skipped".into()
-        } else if self.capped.is_some() {
+        } else if self.capped {
             format!(">{} s", cap.as_secs())
         } else if self.failed.is_some() {
             "failed".into()
@@ -404,9 +412,18 @@ impl Cell {
             f(self.med(key))
         }
     }
+    /// A secondary column: as [`show`](Self::show), "-" when there is no value.
+    fn other(&self, key: &str, f: impl Fn(f64) -> String) -> String {
+        if self.runs.is_empty() {
+            "-".into()
+        } else {
+            f(self.med(key))
+        }
+    }
     /// "*" if it ran fewer times than asked (slow), "" otherwise.
     fn mark(&self, reps: usize) -> &'static str {
         if !self.runs.is_empty() && self.runs.len() < reps {
+            MARKED.store(true, Ordering::Relaxed);
             "*"
         } else {
             ""
@@ -438,7 +455,7 @@ fn run_cells(
                     variant,
                     runs: Vec::new(),
                     first_secs: 0.0,
-                    capped: None,
+                    capped: false,
                     skipped: false,
                     failed: None,
                 })
@@ -446,12 +463,23 @@ fn run_cells(
         .collect();
     for c in &mut cells {
         c.skipped = capped.contains(&(c.arm, c.vi));
+        if c.skipped {
+            notes.push(format!(
+                "{what} {} {}{}: skipped (over the cap at a smaller size)",
+                c.arm.name(),
+                count(size as u64),
+                match variants[c.vi].1 {
+                    "" => String::new(),
+                    v => format!(" ({v})"),
+                }
+            ));
+        }
     }
     for rep in 0..o.reps {
         let n = cells.len();
         for j in 0..n {
             let c = &mut cells[(j + rep) % n];
-            if c.skipped || c.capped.is_some() || c.failed.is_some() {
+            if c.skipped || c.capped || c.failed.is_some() {
                 continue;
             }
             if rep > 0 && c.first_secs > o.cap.as_secs_f64() / 4.0 {
@@ -492,7 +520,7 @@ fn run_cells(
                             .as_deref()
                             .map_or(String::new(), |p| format!(" ({p})"))
                     ));
-                    c.capped = Some(progress);
+                    c.capped = true;
                     capped.insert((c.arm, c.vi));
                 }
                 Outcome::Failed(e) => {
@@ -522,14 +550,36 @@ fn vs_base(cells: &[Cell], arm: Arm, vi: usize, key: &str) -> String {
     ratio(c.med(key) / cell(cells, Arm::Baseline, vi).med(key))
 }
 
+/// Set when a row of the current table was marked "*" (fewer runs than asked).
+static MARKED: AtomicBool = AtomicBool::new(false);
+
 fn print_notes(notes: &mut Vec<String>, reps: usize) {
-    if reps > 1 {
+    if MARKED.swap(false, Ordering::Relaxed) {
         println!("  * ran fewer than {reps} times (slow); median of the runs shown");
     }
     for n in notes.drain(..) {
-        println!("  note: {n}");
+        println!("{}", wrap(&format!("note: {n}"), 2, 8));
     }
     println!();
+}
+
+/// `text` wrapped at 78 columns: the first line indented by `first`, the rest by `rest`.
+fn wrap(text: &str, first: usize, rest: usize) -> String {
+    let mut out = " ".repeat(first);
+    let mut col = first;
+    for w in text.split_whitespace() {
+        if col > first.max(rest) && col + 1 + w.chars().count() > 78 {
+            out.push('\n');
+            out.push_str(&" ".repeat(rest));
+            col = rest;
+        } else if col > first {
+            out.push(' ');
+            col += 1;
+        }
+        out.push_str(w);
+        col += w.chars().count();
+    }
+    out
 }
 
 fn section1(o: &Opts) {
@@ -556,9 +606,9 @@ fn section1(o: &Opts) {
                 arm.name(),
                 c.show("secs", o.cap, secs),
                 vs_base(&cells, arm, 0, "secs"),
-                c.show("peak", o.cap, |b| format!("+{}", bytes(b))),
-                c.show("kept", o.cap, |b| format!("+{}", bytes(b))),
-                c.show("len", o.cap, |n| count(n as u64)),
+                c.other("peak", |b| format!("+{}", bytes(b))),
+                c.other("kept", |b| format!("+{}", bytes(b))),
+                c.other("len", |n| count(n as u64)),
                 c.mark(o.reps)
             );
         }
@@ -597,9 +647,9 @@ fn section2(o: &Opts) {
                 count(steps as u64),
                 c.show("per", o.cap, secs),
                 vs_base(&cells, arm, 0, "per"),
-                c.show("worst", o.cap, secs),
-                c.show("peak", o.cap, |b| format!("+{}", bytes(b))),
-                c.show("len", o.cap, |n| count(n as u64)),
+                c.other("worst", secs),
+                c.other("peak", |b| format!("+{}", bytes(b))),
+                c.other("len", |n| count(n as u64)),
                 c.mark(o.reps)
             );
         }
@@ -651,7 +701,7 @@ fn section3(o: &Opts) {
                 held.show("secs", o.cap, secs),
                 x_free,
                 vs_base(&cells, arm, 1, "secs"),
-                held.show("secs", o.cap, |s| secs(s / n as f64)),
+                held.other("secs", |s| secs(s / n as f64)),
                 if free.mark(o.reps).is_empty() {
                     held.mark(o.reps)
                 } else {
@@ -677,8 +727,8 @@ fn section4(o: &Opts) {
     );
     println!("   dropped, then reclaim_exited(); a probe thread times Rank::new()+drop.");
     println!(
-        "{:>9}  {:<8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}",
-        "exited", "backend", "sweep", "freed", "probes", "p99", "max", "idle max"
+        "{:>9}  {:<8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9}",
+        "exited", "backend", "sweep", "probes", "p99", "max", ">1 ms", "idle max"
     );
     let (mut capped, mut notes) = (HashSet::new(), Vec::new());
     for exited in [n / 100, n] {
@@ -687,24 +737,35 @@ fn section4(o: &Opts) {
         for arm in ARMS {
             let c = cell(&cells, arm, 0);
             println!(
-                "{:>9}  {:<8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9}{}",
+                "{:>9}  {:<8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9}{}",
                 count(exited as u64),
                 arm.name(),
                 c.show("secs", o.cap, secs),
-                c.show("freed", o.cap, |x| count(x as u64)),
-                c.show("probes", o.cap, |x| count(x as u64)),
-                c.show("p99", o.cap, secs),
-                c.show("max", o.cap, secs),
-                c.show("idle_max", o.cap, secs),
+                c.other("probes", |x| count(x as u64)),
+                c.other("p99", secs),
+                c.other("max", secs),
+                c.other("slow", |x| count(x as u64)),
+                c.other("idle_max", secs),
                 c.mark(o.reps)
             );
+            for f in &c.runs {
+                if f.f64("freed") != exited as f64 || f.f64("len") != (n - exited) as f64 {
+                    notes.push(format!(
+                        "{name}, {}: reclaim_exited() returned {}, len() after {}",
+                        arm.name(),
+                        f.get("freed").unwrap_or("?"),
+                        f.get("len").unwrap_or("?")
+                    ));
+                }
+            }
         }
         capped.clear(); // "all exited" is a different job: run every arm again
     }
-    println!("  sweep      time of that reclaim_exited() call");
-    println!("  freed      what it returned (instances unpublished)");
+    println!("  sweep      time of that reclaim_exited() call (it returned \"exited\"");
+    println!("             and left len() = entries - exited, unless a note says)");
     println!("  probes     Rank::new()+drop calls timed during the call");
     println!("  p99, max   their latency (the live-rank mutex is process-wide)");
+    println!("  >1 ms      how many of them took over 1 ms");
     println!("  idle max   the probe's max over the 100 ms before the call (noise floor)");
     print_notes(&mut notes, o.reps);
 }
