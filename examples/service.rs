@@ -497,9 +497,19 @@ fn print_tables(runs: &[Run], o: &Opts) {
                 format!("{:.1} B", p.live / n)
             })
         });
-        row("threads, last request", runs, |p, _, _| {
-            p.get(li).map_or("-".into(), |p| count(p.threads))
+        row("  per thread", runs, |p, _, _| {
+            p.get(li)
+                .map_or("-".into(), |p| bytes(p.live / p.threads.max(1) as f64))
         });
+    }
+    for (i, name) in names.iter().enumerate() {
+        if let Ok(n) = name.parse::<u64>() {
+            row(
+                &format!("threads, {} req.", short(&n.to_string())),
+                runs,
+                |p, _, _| p.get(i).map_or("-".into(), |p| count(p.threads)),
+            );
+        }
     }
     row("len(), last request", runs, |p, _, _| {
         last_req
@@ -524,6 +534,7 @@ fn print_tables(runs: &[Run], o: &Opts) {
         count(PINS as u64)
     );
     println!("  per request       live heap at the last request count / that count");
+    println!("  per thread        the same / threads of the process then");
     println!("  threads           threads of the process (tokio's blocking pool grows)");
     println!("  len()             instances in the map at the last request count");
     println!("  wrong sums        requests whose parts did not all reach one state");
