@@ -911,8 +911,8 @@ fn fresh_thread(o: &Opts) {
         let rounds = match (o.quick, n) {
             (true, 64) => 15,
             (true, _) => 5,
-            (false, 64) => 201,
-            (false, _) => 101,
+            (false, 64) => 301,
+            (false, _) => 151,
         };
         rounds_used.push(rounds);
         progress(&format!("4. fresh thread: starting {} live threads", n - 1));

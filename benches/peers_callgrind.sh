@@ -2,7 +2,7 @@
 # Instructions per operation of each arm of the peers example (benches/peers.rs), counted by
 # callgrind (repeatable on a noisy machine): per-op = (Ir(2N) - Ir(N)) / N, so set-up cancels out
 # (as papers/callgrind.sh does for the hot paths).
-#   bash benches/peers_callgrind.sh                                  # every arm and case (~5 min)
+#   bash benches/peers_callgrind.sh                                  # every arm and case (~3 min)
 #   ARMS="epoch rwlock" CASES="touch-id" N=2000 SIZE=65536 bash benches/peers_callgrind.sh
 # touch-id: per first touch of a new key, averaged over the keys SIZE+N..SIZE+2N (SIZE defaults
 # to 1024); miss: per lookup, 1,024 keys; iter: per iteration of 64 values; fresh-thread: per
@@ -18,7 +18,7 @@ SIZE=${SIZE:-}
 CASES=${CASES:-"touch-id miss iter fresh-thread"}
 ARMS=${ARMS:-"epoch arc-swap baseline rwlock dashmap scc-index scc-map papaya papaya-inc thread_local none"}
 ir() {
-  valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+  valgrind --tool=callgrind --callgrind-out-file=/dev/null --max-threads=4096 \
     "$bin" --only "$1" --only-case "$2" --ops "$3" ${SIZE:+--size "$SIZE"} 2>&1 \
     | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
