@@ -41,16 +41,21 @@ pub(crate) const WAYS: usize = 4;
 struct Entry {
     uid: u64,
     rank: u64,
-    ptr: Erased,
+    /// Null only in an empty entry.
+    ptr: *const (),
 }
 
-/// Never matches a lookup: no rank id is `u64::MAX` (identity asserts it), and no entry is ever
-/// stored for rank 0 or uid 0, so a lookup made before the thread or the `RankLocal` has an id
-/// (`rank == 0` or `uid == 0`) misses too. Its dangling pointer is never handed out.
+/// The uid of a `RankLocal` that has none yet: no entry is ever stored under it, so lookups with
+/// it miss. Not 0, so that no lookup ever matches an empty entry (I4).
+pub(crate) const NO_UID: u64 = u64::MAX;
+
+/// An empty entry: all zero bytes, so the whole cache is zero-initialized — it lives in `.tbss`,
+/// and a thread that never uses the crate pays no copy of an 8 KiB initializer at its start.
+/// It never answers a lookup: no lookup uses uid 0 ([`lookup`]'s contract).
 const EMPTY: Entry = Entry {
     uid: 0,
-    rank: u64::MAX,
-    ptr: Erased::DANGLING,
+    rank: 0,
+    ptr: core::ptr::null(),
 };
 
 type Set = [Cell<Entry>; WAYS];
@@ -67,10 +72,13 @@ pub(crate) fn set_index(uid: u64, rank: u64) -> usize {
 }
 
 /// The cached pointer for `(uid, rank)`, if this thread has one: way 0 of its set (the most
-/// recently filled entry) first, then the older ways. Misses when `rank` or `uid` is 0 (not
-/// assigned yet). A hit writes nothing.
+/// recently filled entry) first, then the older ways. Misses when `rank` is 0 (the thread has no
+/// id yet) or `uid` is [`NO_UID`]. A hit writes nothing.
+///
+/// # Safety
+/// `uid` is not 0: a `RankLocal`'s uid never is (it is [`NO_UID`] until one is drawn, I4).
 #[inline]
-pub(crate) fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
+pub(crate) unsafe fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
     // The closure returns a raw pointer, not the `Entry`: `with`'s result then has no niche in a
     // loaded value, and the compiler folds its "destroyed?" check away (this TLS has no
     // destructor), which it cannot do for a loaded `NonNull`.
@@ -84,24 +92,34 @@ pub(crate) fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
         // SAFETY: `way0` is a live `Cell` of this thread's cache, plain `Copy` data that only this
         // thread reaches and that no reference points into (I23), so this read is
         // `way0.get().ptr`.
-        let ptr: Erased = unsafe { core::ptr::addr_of!((*way0.as_ptr()).ptr).read_volatile() };
+        let ptr = unsafe { core::ptr::addr_of!((*way0.as_ptr()).ptr).read_volatile() };
         let e = way0.get();
         if e.uid == uid && e.rank == rank {
-            return ptr.as_ptr::<()>().as_ptr();
+            // SAFETY: `uid` is not 0 (the caller's contract) and only empty entries hold uid 0,
+            // so this entry was stored, with a non-null pointer. Said here so the hit path has
+            // no null test (I4, I23).
+            unsafe { core::hint::assert_unchecked(!ptr.is_null()) };
+            return ptr.cast_mut();
         }
-        older(&c[set_index(uid, rank)], uid, rank)
+        // SAFETY: the caller's contract: `uid` is not 0 (I4).
+        unsafe { older(&c[set_index(uid, rank)], uid, rank) }
     }))
 }
 
 /// Ways `1..WAYS` of `set`, probed after way 0 missed. Inline: a call here would make the hit path
 /// save registers for the slow path's call; a hit in way 1 costs a few instructions more than one
 /// in way 0.
+///
+/// # Safety
+/// As for [`lookup`]: `uid` is not 0.
 #[inline(always)]
-fn older(set: &Set, uid: u64, rank: u64) -> *mut () {
+unsafe fn older(set: &Set, uid: u64, rank: u64) -> *mut () {
     for way in &set[1..] {
         let e = way.get();
         if e.uid == uid && e.rank == rank {
-            return e.ptr.as_ptr::<()>().as_ptr();
+            // SAFETY: as in `lookup`: `uid` is not 0, so this entry was stored (I4, I23).
+            unsafe { core::hint::assert_unchecked(!e.ptr.is_null()) };
+            return e.ptr.cast_mut();
         }
     }
     core::ptr::null_mut()
@@ -112,18 +130,22 @@ fn older(set: &Set, uid: u64, rank: u64) -> *mut () {
 /// not in the set already.
 #[inline]
 pub(crate) fn store(uid: u64, rank: u64, ptr: Erased) {
-    debug_assert!(uid != 0 && rank != 0 && rank != u64::MAX);
+    debug_assert!(uid != 0 && uid != NO_UID && rank != 0);
     CACHE.with(|c| {
         let set = &c[set_index(uid, rank)];
         for w in (1..WAYS).rev() {
             set[w].set(set[w - 1].get());
         }
-        set[0].set(Entry { uid, rank, ptr });
+        set[0].set(Entry {
+            uid,
+            rank,
+            ptr: ptr.as_ptr::<()>().as_ptr(),
+        });
     });
 }
 
 /// Tag of a scoped entry filled by a thread for its own, live rank: usable without a pin (I34).
-/// Rank ids stay far below 2^62, so a tagged rank never equals a plain one nor `u64::MAX`, and a
+/// Rank ids stay far below 2^62, so a tagged rank never equals a plain one, and a
 /// `get` (untagged) lookup never meets a scoped entry, nor a scoped lookup a `get` entry.
 pub(crate) const OWNER_TAG: u64 = 1 << 63;
 

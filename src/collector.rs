@@ -14,7 +14,7 @@
 
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
 
-use crate::primitive::{lazy_global, tls};
+use crate::primitive::{lazy_global, lock, tls, Mutex};
 
 lazy_global! {
     /// The crate's own epoch collector: only this crate defers closures to it, and they run no
@@ -23,8 +23,79 @@ lazy_global! {
 }
 
 tls! {
-    /// This thread's handle on [`COLLECTOR`], registered on first use.
+    /// This thread's handle on [`COLLECTOR`], registered on first use: only readers (and
+    /// `reclaim_exited`'s help) pin it, so a thread that only writes never registers.
     static HANDLE: LocalHandle = COLLECTOR.register();
+}
+
+/// The writers' participant: one crossbeam `Local` that every retirement of the crate — a
+/// replaced `Epoch` version's epoch reference, a sweep's batch token — is deferred through, under
+/// [`WRITERS`] (I37).
+struct Writers {
+    handle: LocalHandle,
+    /// Closures deferred since the last flush.
+    unflushed: usize,
+}
+
+// SAFETY: a crossbeam `Local` holds no thread identity (no thread-local, no thread id): it is a
+// participant whose non-atomic fields may be used by one thread at a time. `WRITERS`'s mutex makes
+// every use of this one exclusive and ordered (I37), and no `Guard` of it leaves the critical
+// section; so moving it between threads is sound.
+unsafe impl Send for Writers {}
+
+lazy_global! {
+    /// The writers' participant (I37).
+    static WRITERS: Mutex<Writers> = Mutex::new(Writers {
+        handle: COLLECTOR.register(),
+        unflushed: 0,
+    });
+}
+
+/// How many deferred closures may wait in the writers' bag before a flush hands them to the
+/// collector. A flush moves the whole bag (2 KiB) into a new node of the collector's global queue
+/// and walks every registered thread to advance the epoch: once per write, that was most of a
+/// first touch's cost and, in services with many threads, most of the memory the collector held
+/// (each popped node's free waits in the bag of whichever thread collected it). Batching bounds
+/// what waits unflushed to this many replaced versions, process-wide.
+const FLUSH_EVERY: usize = 32;
+
+/// Whether [`retire`] hands the writers' bag to the collector now.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// Only once [`FLUSH_EVERY`] closures wait (a replaced version: its nodes wait a little).
+    Batched,
+    /// Now (a sweep's batch token: values are dropped promptly).
+    Now,
+}
+
+/// Defers `f` through the writers' participant: the collector runs it once every thread pinned
+/// now (on any participant) has unpinned (I37). `f` must run no user code (I18).
+///
+/// # Safety
+/// As for crossbeam's `Guard::defer_unchecked`: whatever `f` touches stays valid until it runs,
+/// and what it frees is reachable only by threads pinned now.
+pub(crate) unsafe fn retire<F: FnOnce()>(f: F, flush: Flush) {
+    let mut w = lock(&WRITERS);
+    let guard = w.handle.pin();
+    // SAFETY: the caller's contract; the writers' participant is used only under `WRITERS` (I37).
+    unsafe { guard.defer_unchecked(f) };
+    w.unflushed += 1;
+    if flush == Flush::Now || w.unflushed >= FLUSH_EVERY {
+        guard.flush();
+        w.unflushed = 0;
+    }
+}
+
+/// Hands everything the writers deferred to the collector and tries to advance the epoch and run
+/// what is due; also flushes this thread's own bag if it has one (what it holds — the frees of
+/// queue nodes its pins collected — otherwise waits until it fills up or the thread exits).
+pub(crate) fn flush() {
+    {
+        let mut w = lock(&WRITERS);
+        w.handle.pin().flush();
+        w.unflushed = 0;
+    }
+    let _ = HANDLE.try_with(|h| h.pin().flush());
 }
 
 /// `true` while this thread holds a pin of the crate's collector (a scoped read that is not the

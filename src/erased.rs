@@ -19,9 +19,6 @@ unsafe impl Send for Erased {}
 unsafe impl Sync for Erased {}
 
 impl Erased {
-    /// A placeholder that is never dereferenced (empty thread-cache entries).
-    pub(crate) const DANGLING: Erased = Erased(NonNull::dangling());
-
     /// Leaks `value` into a stable heap allocation (I1).
     pub(crate) fn new<T>(value: Box<T>) -> Erased {
         Erased(NonNull::from(Box::leak(value)).cast())

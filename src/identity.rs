@@ -361,7 +361,7 @@ pub(crate) fn own_raw() -> u64 {
 fn fresh_id() -> u64 {
     // Relaxed: the counter only has to hand out distinct values; nothing is published with it.
     let id = NEXT_RANK.fetch_add(1, Ordering::Relaxed);
-    // u64::MAX marks empty thread-cache entries; 2^64 - 1 rank ids will not be handed out.
+    // 2^64 - 1 rank ids will not be handed out; stop before the counter wraps to 0.
     assert!(id != u64::MAX, "ranklocal: rank ids exhausted");
     id
 }

@@ -150,6 +150,10 @@ impl Backend for ArcSwap {
         r
     }
 
+    unsafe fn get_by_writer(map: &ArcSwapMap, rank: u64) -> Option<Erased> {
+        Self::get(map, rank)
+    }
+
     fn insert(map: &ArcSwapMap, rank: u64, ptr: Erased) {
         map.publish(|w| {
             let prev = w.insert(rank, ptr);

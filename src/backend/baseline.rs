@@ -91,6 +91,10 @@ impl Backend for Baseline {
         r
     }
 
+    unsafe fn get_by_writer(map: &BaselineMap, rank: u64) -> Option<Erased> {
+        Self::get(map, rank)
+    }
+
     fn insert(map: &BaselineMap, rank: u64, ptr: Erased) {
         write(map).insert(rank, ptr);
     }

@@ -22,7 +22,7 @@ use core::ptr::NonNull;
 use crossbeam_epoch::{self as epoch, Atomic, Shared};
 
 use super::{Backend, Sealed};
-use crate::collector::pin;
+use crate::collector::{self, pin, Flush};
 use crate::erased::Erased;
 use crate::primitive::{lock, mutex_mut, AtomicUsize, Mutex, Ordering};
 use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
@@ -132,11 +132,15 @@ impl EpochMap {
     /// [`Reclaimer`].
     fn publish<R>(&self, f: impl FnOnce(&mut Write<'_, VersionRef>) -> Option<R>) -> Option<R> {
         let mut w = lock(&self.writer);
-        let guard = pin();
-        // Relaxed would do (writers are serialized by the writer mutex, which orders them),
-        // Acquire keeps the reasoning local: we read the nodes we copy.
-        let old = self.head.load(Ordering::Acquire, &guard);
-        // SAFETY: loaded under `guard` (I14, I17); only this (serialized) writer replaces it.
+        // No pin: only writers replace `head`, under this mutex (I16), and a published version
+        // keeps its epoch reference until it is replaced (I17), so the version loaded here stays
+        // alive while the mutex is held. Relaxed would do (the mutex orders writers); Acquire
+        // keeps the reasoning local: we read the nodes we copy.
+        // SAFETY: `unprotected` is enough for a pointer the writer mutex keeps alive (I16, I17).
+        let old = self
+            .head
+            .load(Ordering::Acquire, unsafe { epoch::unprotected() });
+        // SAFETY: as just said, the header is alive while the mutex is held (I16, I17).
         let (base, seq) = unsafe { old.as_ref() }.map_or((Trie::EMPTY, 0), |o| (o.v.trie, o.v.seq));
         // SAFETY: the writer mutex makes this the only writer (I16); the current version's nodes
         // are alive (I13) and every published node is born at `seq` or earlier (I12).
@@ -154,17 +158,16 @@ impl EpochMap {
         if let Some(old) = old {
             // SAFETY: `old` is unlinked: `head` no longer points to it and nothing can re-publish
             // it, so only threads pinned now can hold it; the collector runs the closure after
-            // they all unpinned (I14). The closure owns the epoch reference and gives it up
+            // they all unpinned (I14, I37). The closure owns the epoch reference and gives it up
             // (I17); it touches only the header, which that reference keeps alive, and runs no
             // user code, so running it inside any pin or flush of our collector is harmless (I18).
-            unsafe { guard.defer_unchecked(move || release(old)) };
+            // Through the writers' participant, not this thread's: a thread that only writes
+            // registers no participant and strands nothing in a bag of its own (I37).
+            unsafe { collector::retire(move || release(old), Flush::Batched) };
         }
         // SAFETY: version `seq + 1` is published in place of `seq`; `VersionRef` is the writer's
         // reference and tells when it is dead (I14).
         unsafe { write.retire(old.map(VersionRef)) };
-        // Do not strand the epoch reference in this thread's bag: a thread that inserts once
-        // and then only reads would otherwise never hand it to the global queue.
-        guard.flush();
         Some(r)
     }
 }
@@ -250,6 +253,16 @@ impl Backend for Epoch {
         let r = f(p);
         drop(guard);
         Some(r)
+    }
+
+    unsafe fn get_by_writer(map: &EpochMap, rank: u64) -> Option<Erased> {
+        // SAFETY: the caller excludes every write (I16), and a published version keeps its epoch
+        // reference until a write replaces it (I17), so `unprotected` is enough; its nodes are
+        // alive (I13) and immutable (I3).
+        unsafe {
+            let v = map.head.load(Ordering::Acquire, epoch::unprotected());
+            v.as_ref()?.v.get(rank)
+        }
     }
 
     fn insert(map: &EpochMap, rank: u64, ptr: Erased) {

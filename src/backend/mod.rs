@@ -94,6 +94,16 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn get_with<R>(map: &Self::Map, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R>;
 
+    /// The entry for `rank`, looked up by the map's serialized writer without any protection of
+    /// its own (no pin, no lock): a first touch's re-check and the sweep's lookups.
+    ///
+    /// # Safety
+    /// The caller holds, for as long as it uses the result's map state, the lock that serializes
+    /// every write to this map (the `RankLocal`'s writer lock, I16): nothing it reads can be
+    /// replaced or freed meanwhile.
+    #[doc(hidden)]
+    unsafe fn get_by_writer(map: &Self::Map, rank: u64) -> Option<Erased>;
+
     /// Publishes `rank -> ptr`; `rank` is absent. Callers serialize all `insert`s.
     #[doc(hidden)]
     fn insert(map: &Self::Map, rank: u64, ptr: Erased);

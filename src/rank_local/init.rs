@@ -14,7 +14,7 @@ use crossbeam_epoch::Guard;
 
 use super::instance::{InstancePtr, ESCAPED, SCOPED};
 use super::reclaim::SweepWhen;
-use super::RankLocal;
+use super::{RankLocal, Writer};
 use crate::backend::Backend;
 use crate::collector::pin;
 use crate::identity::{self, RankId};
@@ -31,11 +31,16 @@ pub(super) struct Claim {
 pub(super) enum Access {
     /// As a plain `&T` (`get` and friends): the instance is ESCAPED, kept until `&mut` (I31).
     Escaped,
-    /// To a closure (`with`): the instance stays SCOPED, reclaimable after its rank exits (I30).
+    /// To a closure (`with`) on the live owner's thread: the instance stays SCOPED, and needs no
+    /// pin while the thread runs (I35).
+    Owner,
+    /// To a closure (`with`) of any other thread: SCOPED, protected by a pin until the closure
+    /// returns (I33).
     Scoped,
 }
 
-/// Ends a claim when dropped (normal return, error or unwind) and wakes waiters.
+/// Ends a claim if `init` errs or unwinds (a first touch that publishes ends it in the same
+/// critical section and forgets the guard), and wakes waiters.
 struct ClaimGuard<'a, T: Send + Sync, B: Backend> {
     rl: &'a RankLocal<T, B>,
     rank: u64,
@@ -43,25 +48,38 @@ struct ClaimGuard<'a, T: Send + Sync, B: Backend> {
 
 impl<T: Send + Sync, B: Backend> Drop for ClaimGuard<'_, T, B> {
     fn drop(&mut self) {
-        lock(&self.rl.writer).claims.retain(|c| c.rank != self.rank);
-        self.rl.claim_ended.notify_all();
+        let wake = end_claim(&mut lock(&self.rl.writer), self.rank);
+        if wake {
+            self.rl.claim_ended.notify_all();
+        }
     }
+}
+
+/// Ends `rank`'s claim, under the writer lock; `true` if a thread waits for a claim to end, so
+/// the caller must notify `claim_ended` (after unlocking). Counting waiters under the lock saves
+/// a futex system call per first touch when, as almost always, nobody waits.
+fn end_claim(w: &mut Writer, rank: u64) -> bool {
+    w.claims.retain(|c| c.rank != rank);
+    w.claim_waiters > 0
 }
 
 impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// First touch of `rank` (step 3 of a lookup): the init protocol in the module docs. Returns
-    /// the instance, ESCAPED for [`Access::Escaped`] (I31), and a pin taken under the writer
-    /// lock, so no sweep can have retired the instance before it (I33).
+    /// the instance, ESCAPED for [`Access::Escaped`] (I31), and for [`Access::Scoped`] a pin taken
+    /// under the writer lock, so no sweep can have retired the instance before it (I33). Pins
+    /// nothing else: a thread whose first touches are its own registers no epoch participant.
     pub(super) fn insert<E>(
         &self,
         rank: u64,
         init: impl FnOnce() -> Result<T, E>,
         access: Access,
-    ) -> Result<(InstancePtr<T>, Guard), E> {
+    ) -> Result<(InstancePtr<T>, Option<Guard>), E> {
         let me = identity::own_raw();
+        let protect = || (access == Access::Scoped).then(pin);
         let mut w = lock(&self.writer);
         loop {
-            if let Some(p) = B::get(&self.map, rank) {
+            // SAFETY: under the writer lock, which serializes every write to the map (I16).
+            if let Some(p) = unsafe { B::get_by_writer(&self.map, rank) } {
                 // published by another thread meanwhile
                 // SAFETY: an instance of this map (I5); in the map under the writer lock, so not
                 // RECLAIMING and alive (I30, I32).
@@ -73,7 +91,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                     // ESCAPED (I30); the lock orders it before any later sweep.
                     st.store(ESCAPED, Ordering::Relaxed);
                 }
-                return Ok((p, pin()));
+                return Ok((p, protect()));
             }
             match w.claims.iter().find(|c| c.rank == rank) {
                 None => break,
@@ -85,7 +103,11 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                         RankId::from_raw(rank)
                     );
                 }
-                Some(_) => w = wait(&self.claim_ended, w),
+                Some(_) => {
+                    w.claim_waiters += 1;
+                    w = wait(&self.claim_ended, w);
+                    w.claim_waiters -= 1;
+                }
             }
         }
         w.claims.push(Claim { rank, thread: me });
@@ -95,26 +117,29 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         let value = init()?; // on panic or error, `claim` ends the claim; nothing is inserted
         let state = match access {
             Access::Escaped => ESCAPED,
-            Access::Scoped => SCOPED,
+            Access::Owner | Access::Scoped => SCOPED,
         };
         let p = InstancePtr::alloc(value, state);
-        let (guard, ready) = {
+        let (guard, ready, wake) = {
             let mut w = lock(&self.writer);
             // Pinned before the sweep below may retire `p` (an exited rank's scoped instance):
             // its deferral then waits for this pin (I32, I33).
-            let guard = pin();
-            if access == Access::Scoped {
+            let guard = protect();
+            if access != Access::Escaped {
                 w.all_escaped = false; // before publishing (I31)
             }
             B::insert(&self.map, rank, p.erased());
-            if access == Access::Scoped {
+            if access != Access::Escaped {
                 Self::watch_exit(&mut w, rank); // after publishing: see I36
             }
             // Writers sweep exited ranks' scoped-only instances, amortized (I32, I36).
             let (_, ready) = self.sweep(&mut w, SweepWhen::Due);
-            (guard, ready)
+            (guard, ready, end_claim(&mut w, rank))
         };
-        drop(claim);
+        core::mem::forget(claim); // ended above, with the publication
+        if wake {
+            self.claim_ended.notify_all();
+        }
         // Outside the writer lock; a `T::drop` panic is kept for an explicit reclamation call.
         self.free_ready(ready);
         Ok((p, guard))

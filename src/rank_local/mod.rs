@@ -48,14 +48,19 @@ global! {
     static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 }
 
-/// A uid never handed out before (I4). Multiplying the counter by an odd constant is a bijection
-/// on u64, so uids stay unique and non-zero while their top bits are well mixed (the thread cache
-/// indexes with them).
+/// A uid never handed out before, neither 0 nor [`cache::NO_UID`] (I4). Multiplying the counter
+/// (which starts at 1) by an odd constant is a bijection on u64, so uids stay unique and non-zero
+/// while their top bits are well mixed (the thread cache indexes with them).
 pub(crate) fn fresh_uid() -> u64 {
-    // Relaxed: uids carry no data, they only have to be unique.
-    NEXT_UID
-        .fetch_add(1, Ordering::Relaxed)
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    loop {
+        // Relaxed: uids carry no data, they only have to be unique.
+        let uid = NEXT_UID
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        if uid != cache::NO_UID {
+            return uid;
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -119,7 +124,8 @@ type Invariant<T> = fn(T) -> T;
 pub struct RankLocal<T, B: Backend = Epoch> {
     /// rank → instance (I1, I5).
     map: B::Map,
-    /// The thread-cache key (I4); 0 until first used, replaced when an instance is removed.
+    /// The thread-cache key (I4); [`cache::NO_UID`] until first used, replaced when an instance
+    /// is removed; never 0.
     uid: AtomicU64,
     /// The writer lock: serializes every write to the map (I16) and guards what only writers
     /// touch — claims, the sweeper's bookkeeping, the `all_escaped` flag. Readers never take it.
@@ -135,6 +141,8 @@ pub struct RankLocal<T, B: Backend = Epoch> {
 struct Writer {
     /// Ranks whose `init` is running (the init protocol, `init`).
     claims: Vec<Claim>,
+    /// Threads waiting on `claim_ended` for a claim to end.
+    claim_waiters: usize,
     /// The sweeper's bookkeeping (`reclaim`, I32).
     sweep: Sweep,
     /// `true` when every instance in the map is ESCAPED, so `iter` need not mark any (I31):
@@ -151,9 +159,10 @@ macro_rules! empty_rank_local {
     ($map:expr) => {
         RankLocal {
             map: $map,
-            uid: AtomicU64::new(0),
+            uid: AtomicU64::new(cache::NO_UID),
             writer: Mutex::new(Writer {
                 claims: Vec::new(),
+                claim_waiters: 0,
                 sweep: Sweep::NEW,
                 all_escaped: true,
             }),
@@ -303,15 +312,17 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 
     #[cold]
     fn get_or_try_slow<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+        // 0: the thread had no id, so `current_raw` assigns one now that nobody else has seen:
+        // no map can hold it, and the lookup (a pin on `Epoch`) is skipped.
         let rank = if rank == 0 {
             identity::current_raw()
         } else {
+            if let Some(v) = self.lookup_slow(rank) {
+                return Ok(v);
+            }
             rank
         };
-        if let Some(v) = self.lookup_slow(rank) {
-            return Ok(v);
-        }
-        let (p, _guard) = self.insert(rank, init, Access::Escaped)?;
+        let (p, _) = self.insert(rank, init, Access::Escaped)?;
         if Self::uses_thread_cache(rank) {
             cache::store(self.uid_or_assign(), rank, p.erased());
         }
@@ -398,7 +409,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // Relaxed: the uid is only a name; the pointer's validity was established by this
         // thread's own Acquire when it filled the entry (I4).
         let uid = self.uid.load(Ordering::Relaxed);
-        let p = cache::lookup(uid, rank)?;
+        // SAFETY: a `RankLocal`'s uid is never 0 (I4).
+        let p = unsafe { cache::lookup(uid, rank) }?;
         // SAFETY: a hit for this `RankLocal`'s current uid is one of its published instances
         // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1); it is a `T` of
         // exactly this type, lifetimes included, since `RankLocal` is invariant in `T` (I9).
@@ -483,7 +495,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // Relaxed: the uid is only a name here; an owner entry stays valid whatever the uid
         // (I34, I35).
         let uid = self.uid.load(Ordering::Relaxed);
-        let p = cache::lookup(uid, rank | cache::OWNER_TAG)?;
+        // SAFETY: a `RankLocal`'s uid is never 0 (I4).
+        let p = unsafe { cache::lookup(uid, rank | cache::OWNER_TAG) }?;
         // SAFETY: an owner entry was filled by this thread for its own rank while it was alive
         // and is wiped before the rank exits (I34), so the instance is not reclaimed (I35) and
         // stays valid for `&self` (I1); a `T` of this map (I5, I9).
@@ -529,13 +542,13 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     pub(crate) fn uid_or_assign(&self) -> u64 {
         // Relaxed everywhere: uids carry no data, they only have to be unique.
         let uid = self.uid.load(Ordering::Relaxed);
-        if uid != 0 {
+        if uid != cache::NO_UID {
             return uid;
         }
         let fresh = fresh_uid();
         match self
             .uid
-            .compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(cache::NO_UID, fresh, Ordering::Relaxed, Ordering::Relaxed)
         {
             Ok(_) => fresh,
             Err(current) => current,

@@ -26,7 +26,8 @@ use std::collections::VecDeque;
 use super::instance::{drop_all, InstancePtr, RECLAIMING, SCOPED};
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
-use crate::collector;
+use crate::cache;
+use crate::collector::{self, Flush};
 use crate::erased::Erased;
 use crate::identity::{self, Inbox};
 use crate::primitive::{lock, mutex_mut, Arc, AtomicBool, Ordering};
@@ -151,7 +152,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             let mut ranks = Vec::new();
             let mut batch = Vec::new();
             for rank in inbox.take() {
-                let Some(p) = B::get(&self.map, rank) else {
+                // SAFETY: under the writer lock, which serializes every write (I16).
+                let Some(p) = (unsafe { B::get_by_writer(&self.map, rank) }) else {
                     continue; // removed by `&mut`, never made, or a repeated exit
                 };
                 // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
@@ -177,12 +179,13 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 self.uid.store(fresh_uid(), Ordering::SeqCst);
                 let done = Arc::new(AtomicBool::new(false));
                 let flag = Arc::clone(&done);
-                let guard = collector::pin();
                 // Release: pairs with the Acquire in `take_ready`; the collector runs this only
-                // after every thread pinned now has unpinned (I32). Only a `'static` token is
-                // deferred, never a `T`: the closure runs no user code (I18).
-                guard.defer(move || flag.store(true, Ordering::Release));
-                guard.flush();
+                // after every thread pinned now has unpinned (I32, I37). Only a `'static` token
+                // is deferred, never a `T`: the closure runs no user code (I18).
+                let set = move || flag.store(true, Ordering::Release);
+                // SAFETY: the closure owns all it touches (an `Arc`) and frees nothing (I32,
+                // I37).
+                unsafe { collector::retire(set, Flush::Now) };
                 sw.batches.push_back(Batch {
                     serial: sw.next_serial,
                     done,
@@ -190,6 +193,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 });
                 sw.next_serial += 1;
             }
+        }
+        if sw.batches.is_empty() {
+            return (n, Ready(Vec::new()));
         }
         let ready = sw.take_ready();
         let me = identity::own_raw();
@@ -273,7 +279,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             if lock(&self.writer).sweep.batches.is_empty() {
                 break;
             }
-            collector::pin().flush();
+            collector::flush();
             let (_, ready) = self.sweep(&mut lock(&self.writer), SweepWhen::Due);
             self.free_ready(ready);
         }
@@ -355,7 +361,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 break;
             }
             // Help the collector: a flush tries to advance the epoch and runs what is due.
-            collector::pin().flush();
+            collector::flush();
             backoff(&mut spins);
         }
         self.resume_kept_panic();
@@ -425,7 +431,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         if !removed.is_empty() {
             // Relaxed: `&mut self`, ordered by whatever handed it to us. A fresh uid is drawn
             // on next use, so no thread cache can hit a removed instance (I4).
-            self.uid.store(0, Ordering::Relaxed);
+            self.uid.store(cache::NO_UID, Ordering::Relaxed);
         }
         // SAFETY: every entry came out of this map (I5) and is no longer in it, and `&mut self`
         // excludes every other user (I6); the uid reset makes cached copies dead (I4).

@@ -89,7 +89,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // retiring something this pin does not protect is seen here (I34).
         let uid = self.uid.load(Ordering::SeqCst);
         if Self::uses_thread_cache(rank) {
-            if let Some(p) = cache::lookup(uid, rank | cache::PINNED_TAG) {
+            // SAFETY: a `RankLocal`'s uid is never 0 (I4).
+            if let Some(p) = unsafe { cache::lookup(uid, rank | cache::PINNED_TAG) } {
                 // SAFETY: a pinned entry for this uid holds an instance of this map (I34, I5).
                 let p = unsafe { InstancePtr::new(Erased::from_non_null(p)) };
                 return Some((p, guard));
@@ -110,17 +111,22 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// `with` after the owner entry missed: the live owner looks up or creates its instance and
     /// caches it under `OWNER_TAG`; anyone else goes through [`pinned_lookup`](Self::pinned_lookup)
     /// or a scoped first touch, pinned until `f` returns.
+    ///
+    /// A thread that has no id yet gets one here, and then no map can hold its instance (the
+    /// lookup is skipped).
     #[cold]
     pub(super) fn with_slow<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+        let fresh = identity::current_raw_or_zero() == 0;
         let rank = identity::current_raw();
         let init = || Ok::<T, core::convert::Infallible>(init());
         if Self::is_live_owner(rank) {
-            let p = match B::get(&self.map, rank) {
+            let found = if fresh { None } else { B::get(&self.map, rank) };
+            let p = match found {
                 // SAFETY: an instance of this map (I5); the live owner's, not reclaimed while the
                 // thread runs (I35).
                 Some(p) => unsafe { InstancePtr::<T>::new(p) },
                 None => {
-                    let Ok((p, _guard)) = self.insert(rank, init, Access::Scoped);
+                    let Ok((p, _)) = self.insert(rank, init, Access::Owner);
                     p
                 }
             };
@@ -132,8 +138,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         let (p, _guard) = match self.pinned_lookup(rank) {
             Some(found) => found,
             None => {
-                let Ok(found) = self.insert(rank, init, Access::Scoped);
-                found
+                let Ok((p, guard)) = self.insert(rank, init, Access::Scoped);
+                (p, guard.expect("a scoped first touch returns its pin"))
             }
         };
         // SAFETY: alive while `_guard` is held (I33); a `T` of this map (I5, I9).

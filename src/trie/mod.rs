@@ -52,7 +52,7 @@ mod version;
 
 #[cfg(loom)]
 pub(crate) use self::node::Canary;
-use self::node::{fits, height_for, index, low_mask, Node, Slot};
+use self::node::{fits, height_for, index, low_mask, Node, Scratch, Slot};
 pub(crate) use self::node::{BITS, FANOUT, MAX_HEIGHT};
 pub(crate) use self::reclaimer::{Reclaimer, ReplacedVersion, Write};
 pub(crate) use self::version::{entries, Cursor, Version};
@@ -136,15 +136,17 @@ impl Trie {
 
     /// Grows the trie (new roots over the old one) until it can hold `id`; new roots are born at
     /// `seq`. The old root is shared, not replaced.
-    fn grow_for(&mut self, id: u64, seq: u64) {
+    fn grow_for(&mut self, id: u64, seq: u64, scratch: &mut Scratch) {
         if self.root.is_none() {
             self.set_height(height_for(id));
             return;
         }
         while !fits(self.height, id) {
-            let mut slots = [None; FANOUT];
-            slots[0] = self.root;
-            self.root = Some(Node::alloc(slots, seq).cast());
+            // SAFETY: no node to copy from (I13).
+            let root = unsafe { scratch.node(None, seq) };
+            // SAFETY: just made, born at `seq`: private to this write (I12).
+            unsafe { (*root.as_ptr()).slots[0] = self.root };
+            self.root = Some(root.cast());
             self.set_height(self.height + 1);
         }
     }
@@ -156,22 +158,18 @@ impl Trie {
     /// # Safety
     /// `*link` is a slot of a node born at `seq` (or the trie's root field), and every node born
     /// at `seq` is private to this write (I12).
-    unsafe fn own_child(
-        link: &mut Slot,
-        seq: u64,
-        replaced: &mut Vec<NonNull<Node>>,
-    ) -> NonNull<Node> {
+    unsafe fn own_child(link: &mut Slot, seq: u64, scratch: &mut Scratch) -> NonNull<Node> {
         let node = match *link {
             // SAFETY: reachable from the trie being written, hence alive (I13).
             Some(n) if unsafe { Node::birth_of(n.cast()) } == seq => n.cast(),
             Some(n) => {
                 let n = n.cast::<Node>();
+                scratch.replaced.push(n);
                 // SAFETY: alive (I13); published nodes are only read, never written (I12).
-                let slots = unsafe { (*n.as_ptr()).slots };
-                replaced.push(n);
-                Node::alloc(slots, seq)
+                unsafe { scratch.node(Some(n), seq) }
             }
-            None => Node::alloc([None; FANOUT], seq),
+            // SAFETY: no node to copy from (I13).
+            None => unsafe { scratch.node(None, seq) },
         };
         // Under loom: the caller is about to write this node; a reader inside it would race.
         // SAFETY: just allocated or reachable from the trie, hence alive (I13).
@@ -182,7 +180,7 @@ impl Trie {
     }
 
     /// Sets `id -> ptr` by path copying at sequence number `seq`, pushing every node it replaced
-    /// onto `replaced`; returns the previous value of `id`.
+    /// onto `scratch.replaced`; returns the previous value of `id`.
     ///
     /// # Safety
     /// Every node reachable from this trie is alive; nodes born at `seq` are private to this
@@ -192,15 +190,15 @@ impl Trie {
         id: u64,
         ptr: Erased,
         seq: u64,
-        replaced: &mut Vec<NonNull<Node>>,
+        scratch: &mut Scratch,
     ) -> Option<Erased> {
-        self.grow_for(id, seq);
+        self.grow_for(id, seq, scratch);
         let mut link: *mut Slot = &mut self.root;
         let mut level = self.height - 1;
         loop {
             // SAFETY: `link` is the root field or a slot of a node born at `seq` that this write
             // owns (I12); the caller's contract covers the rest.
-            let node = unsafe { Trie::own_child(&mut *link, seq, replaced) };
+            let node = unsafe { Trie::own_child(&mut *link, seq, scratch) };
             // SAFETY: `node` is born at `seq`: private to this write, so writing it races no
             // reader (I12).
             let slot = unsafe { &mut (*node.as_ptr()).slots[index(id, level)] };
@@ -217,7 +215,8 @@ impl Trie {
     }
 
     /// Removes `id` by path copying at sequence number `seq` (nodes left empty are dropped from
-    /// the new version), pushing every node it replaced onto `replaced`; returns the removed value.
+    /// the new version), pushing every node it replaced onto `scratch.replaced`; returns the
+    /// removed value.
     /// The sweep of exited ranks unpublishes through it.
     ///
     /// # Safety
@@ -226,7 +225,7 @@ impl Trie {
         &mut self,
         id: u64,
         seq: u64,
-        replaced: &mut Vec<NonNull<Node>>,
+        scratch: &mut Scratch,
     ) -> Option<Erased> {
         // SAFETY: the caller keeps the nodes alive (I13).
         let old = unsafe { self.get(id) }?;
@@ -238,7 +237,7 @@ impl Trie {
         let mut depth = 0;
         loop {
             // SAFETY: as in `insert` (I12); `id` is present, so every slot on the path is full.
-            let node = unsafe { Trie::own_child(&mut *link, seq, replaced) };
+            let node = unsafe { Trie::own_child(&mut *link, seq, scratch) };
             path[depth] = (link, Some(node));
             depth += 1;
             // SAFETY: born at `seq`, private to this write (I12).
@@ -251,7 +250,7 @@ impl Trie {
             level -= 1;
         }
         // Drop nodes left empty, leaf first: they are private copies (born at `seq`), never
-        // published, so they are freed at once.
+        // published, so they are recycled at once.
         for &(link, node) in path[..depth].iter().rev() {
             let node = node.expect("path entries are filled up to depth");
             // SAFETY: born at `seq`, private to this write (I12).
@@ -260,10 +259,10 @@ impl Trie {
                 break;
             }
             // SAFETY: `link` is the root field or a slot of a private node above (I12); `node`
-            // is private (born at `seq`), unlinked here, and freed once (I13).
+            // is private (born at `seq`), unlinked here, and given up once (I13).
             unsafe {
                 *link = None;
-                Node::free(node);
+                scratch.recycle(node);
             }
         }
         self.len -= 1;
@@ -379,12 +378,12 @@ impl Trie {
     /// A trie of `entries` (distinct ids), built in place at `seq` (no copies).
     pub(crate) fn from_entries(entries: impl IntoIterator<Item = (u64, Erased)>, seq: u64) -> Trie {
         let mut t = Trie::EMPTY;
-        let mut replaced = Vec::new();
+        let mut scratch = Scratch::NEW;
         for (k, p) in entries {
             // SAFETY: every node of `t` was built right here at `seq` and is private (I12).
-            unsafe { t.insert(k, p, seq, &mut replaced) };
+            unsafe { t.insert(k, p, seq, &mut scratch) };
         }
-        debug_assert!(replaced.is_empty());
+        debug_assert!(scratch.replaced.is_empty());
         t
     }
 }

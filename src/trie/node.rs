@@ -81,6 +81,31 @@ impl Node {
         })))
     }
 
+    /// A copy of `from` born at `birth`, its slots copied straight into the new allocation (one
+    /// 520-byte copy, not two through the stack).
+    ///
+    /// # Safety
+    /// `from` is alive (I13); published nodes are only read, never written (I12).
+    pub(super) unsafe fn copy_of(from: NonNull<Node>, birth: u64) -> NonNull<Node> {
+        let mut b = Box::<Node>::new_uninit();
+        let p = b.as_mut_ptr();
+        // SAFETY: `p` is a fresh allocation for a `Node`; each field is written once below,
+        // `slots` by a copy from `from`, alive (the caller's contract, I13), which cannot overlap
+        // it.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                core::ptr::addr_of!((*from.as_ptr()).slots),
+                core::ptr::addr_of_mut!((*p).slots),
+                1,
+            );
+            core::ptr::addr_of_mut!((*p).birth).write(birth);
+            #[cfg(loom)]
+            core::ptr::addr_of_mut!((*p).canary).write(Canary::new());
+        }
+        // SAFETY: every field was initialized above (I12: a copy, born at `birth`).
+        NonNull::from(Box::leak(unsafe { b.assume_init() }))
+    }
+
     /// Frees one node (not its children).
     ///
     /// # Safety
@@ -136,3 +161,90 @@ pub(super) fn low_mask(bits: u32) -> u64 {
         (1u64 << bits) - 1
     }
 }
+
+/// The most spare nodes a [`Scratch`] keeps for reuse: 64 nodes, 33 KiB per map at most.
+const SPARE_MAX: usize = 64;
+
+/// What a write needs besides the trie: where the nodes it replaces go, and spare nodes to build
+/// its copies in. Spares are nodes the writer freed (dead, I13) and keeps for reuse, so a steady
+/// stream of first touches copies into recycled memory instead of a `malloc`/`free` pair per node
+/// (and the allocator's page churn behind bursts of frees).
+#[derive(Default)]
+pub(crate) struct Scratch {
+    /// The nodes the write in progress replaced (I12).
+    pub(super) replaced: Vec<NonNull<Node>>,
+    /// Dead nodes kept for reuse: no version can reach them and no reader holds them (I13).
+    spare: Vec<NonNull<Node>>,
+}
+
+impl Scratch {
+    pub(crate) const NEW: Scratch = Scratch {
+        replaced: Vec::new(),
+        spare: Vec::new(),
+    };
+
+    /// A node born at `birth` whose slots are `from`'s (a copy), or empty.
+    ///
+    /// # Safety
+    /// `from`, if any, is alive (I13).
+    pub(super) unsafe fn node(&mut self, from: Option<NonNull<Node>>, birth: u64) -> NonNull<Node> {
+        let Some(n) = self.spare.pop() else {
+            return match from {
+                // SAFETY: the caller's contract (I13).
+                Some(f) => unsafe { Node::copy_of(f, birth) },
+                None => Node::alloc([None; FANOUT], birth),
+            };
+        };
+        // SAFETY: a spare node is dead and only the writer, which owns `self`, touches it (I13);
+        // `from` is alive and a different node (a spare is reachable from no version).
+        unsafe {
+            let slots = core::ptr::addr_of_mut!((*n.as_ptr()).slots);
+            match from {
+                Some(f) => core::ptr::copy_nonoverlapping(
+                    core::ptr::addr_of!((*f.as_ptr()).slots),
+                    slots,
+                    1,
+                ),
+                None => slots.write([None; FANOUT]),
+            }
+            (*n.as_ptr()).birth = birth;
+            // Under loom: a reader still inside the node (a reclamation bug) would race this.
+            #[cfg(loom)]
+            (*n.as_ptr()).canary.write();
+        }
+        n
+    }
+
+    /// Gives up a node that is dead (I13): kept for reuse, or freed.
+    ///
+    /// # Safety
+    /// As for [`Node::free`]: no version reaches `node` and no one reads it any more (I13).
+    pub(super) unsafe fn recycle(&mut self, node: NonNull<Node>) {
+        if self.spare.len() < SPARE_MAX {
+            self.spare.push(node);
+        } else {
+            // SAFETY: the caller's contract (I13).
+            unsafe { Node::free(node) };
+        }
+    }
+
+    /// Frees every spare node and drops the buffers.
+    pub(super) fn free_spares(&mut self) {
+        for n in self.spare.drain(..) {
+            // SAFETY: spare nodes are dead and owned by this scratch alone (I13).
+            unsafe { Node::free(n) };
+        }
+        self.spare = Vec::new();
+        self.replaced = Vec::new();
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        self.free_spares();
+    }
+}
+
+// SAFETY: the node pointers are owned by the map's writer, which is serialized (I16); the nodes
+// hold `Erased` pointers (`Send + Sync`, I7).
+unsafe impl Send for Scratch {}

@@ -12,7 +12,7 @@
 use core::ptr::NonNull;
 use std::collections::VecDeque;
 
-use super::node::Node;
+use super::node::{Node, Scratch};
 use super::Trie;
 use crate::erased::Erased;
 
@@ -57,8 +57,9 @@ pub(crate) struct Reclaimer<H> {
     /// Replaced nodes not yet freed, by ascending `death` (each write records its own, and
     /// writes' sequence numbers increase).
     garbage: VecDeque<Garbage>,
-    /// The nodes the write in progress replaced (moved to `garbage` by [`Write::retire`]).
-    replaced: Vec<NonNull<Node>>,
+    /// The nodes the write in progress replaced (moved to `garbage` by [`Write::retire`]), and
+    /// spare nodes for its copies.
+    scratch: Scratch,
     /// The backlog at which the next full scan runs: twice what the last one left.
     scan_at: usize,
 }
@@ -79,7 +80,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     pub(crate) const NEW: Reclaimer<H> = Reclaimer {
         versions: VecDeque::new(),
         garbage: VecDeque::new(),
-        replaced: Vec::new(),
+        scratch: Scratch::NEW,
         scan_at: MIN_SCAN,
     };
 
@@ -91,7 +92,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     /// nodes are alive (I13), and no node is born at `base_seq + 1` or later (every published node
     /// is born at `base_seq` or earlier), so what this write creates is private to it (I12).
     pub(crate) unsafe fn write(&mut self, base: Trie, base_seq: u64) -> Write<'_, H> {
-        self.replaced.clear(); // only a write that panicked midway could have left entries
+        self.scratch.replaced.clear(); // only a write that panicked midway could have left some
         Write {
             reclaimer: self,
             trie: base,
@@ -119,8 +120,9 @@ impl<H: ReplacedVersion> Reclaimer<H> {
             };
             // SAFETY: the node is reachable only from versions `birth..death` (I12), every one
             // of them older than `oldest`, so replaced and seen dead (a dead version stays dead,
-            // I14): no reader or iterator can reach it; freed once, as it leaves the queue (I13).
-            unsafe { Node::free(g.node) };
+            // I14): no reader or iterator can reach it; given up once, as it leaves the queue
+            // (I13).
+            unsafe { self.scratch.recycle(g.node) };
         }
         // A version held out of order (an iterator on an old version while later ones die)
         // stops the front: rescan everything once the backlog has doubled since the last scan.
@@ -148,6 +150,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     pub(super) unsafe fn collect_all(&mut self) {
         self.versions.retain(|(_, h)| !h.is_dead());
         let versions = &self.versions;
+        let scratch = &mut self.scratch;
         self.garbage.retain(|g| {
             // SAFETY: garbage nodes are alive until freed here (I13).
             let birth = unsafe { Node::birth_of(g.node) };
@@ -156,9 +159,9 @@ impl<H: ReplacedVersion> Reclaimer<H> {
             if !held {
                 // SAFETY: the node is reachable only from versions `birth..death` (I12); every
                 // one of them is dead — seen dead now or earlier, and a dead version stays dead
-                // (I14) — so no reader or iterator can reach it; freed once, as it leaves the
+                // (I14) — so no reader or iterator can reach it; given up once, as it leaves the
                 // list (I13).
-                unsafe { Node::free(g.node) };
+                unsafe { scratch.recycle(g.node) };
             }
             held
         });
@@ -175,9 +178,9 @@ impl<H: ReplacedVersion> Reclaimer<H> {
             // SAFETY: exclusive access (I6); each garbage node is freed once (I13).
             unsafe { Node::free(g.node) };
         }
-        debug_assert!(self.replaced.is_empty());
-        // the buffers go too: after a purge the heap holds the map's live entries only
-        self.replaced = Vec::new();
+        debug_assert!(self.scratch.replaced.is_empty());
+        // the buffers and spares go too: after a purge the heap holds the map's live entries only
+        self.scratch.free_spares();
     }
 
     /// Replaced nodes not yet freed, and replaced versions not yet seen dead.
@@ -194,14 +197,14 @@ impl<H: ReplacedVersion> Write<'_, H> {
         // private to this write, as `Reclaimer::write`'s caller guaranteed (I12, I13, I16).
         unsafe {
             self.trie
-                .insert(id, ptr, self.seq, &mut self.reclaimer.replaced)
+                .insert(id, ptr, self.seq, &mut self.reclaimer.scratch)
         }
     }
 
     /// Removes `id` from the version being built; returns its value.
     pub(crate) fn remove(&mut self, id: u64) -> Option<Erased> {
         // SAFETY: as for `insert` (I12, I13, I16).
-        unsafe { self.trie.remove(id, self.seq, &mut self.reclaimer.replaced) }
+        unsafe { self.trie.remove(id, self.seq, &mut self.reclaimer.scratch) }
     }
 
     /// The trie of the version being built: publish it at [`seq`](Self::seq).
@@ -225,7 +228,7 @@ impl<H: ReplacedVersion> Write<'_, H> {
         let r = self.reclaimer;
         let Some(old) = old else {
             // nothing was published before: nothing was copied, nothing is replaced
-            debug_assert!(r.replaced.is_empty());
+            debug_assert!(r.scratch.replaced.is_empty());
             return;
         };
         let seq = self.seq - 1;
@@ -233,7 +236,7 @@ impl<H: ReplacedVersion> Write<'_, H> {
         r.versions.push_back((seq, old));
         let death = self.seq;
         debug_assert!(r.garbage.back().is_none_or(|g| g.death <= death));
-        for node in r.replaced.drain(..) {
+        for node in r.scratch.replaced.drain(..) {
             r.garbage.push_back(Garbage { node, death });
         }
         // SAFETY: every entry was recorded just above or by earlier retirements (I13).

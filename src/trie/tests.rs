@@ -24,10 +24,10 @@ impl Owned {
     }
     fn insert(&mut self, k: u64, p: Erased) -> Option<Erased> {
         self.seq += 1;
-        let mut replaced = Vec::new();
+        let mut scratch = Scratch::default();
         // SAFETY: single-threaded test; each write uses a fresh seq (I12).
-        let old = unsafe { self.trie.insert(k, p, self.seq, &mut replaced) };
-        for n in replaced {
+        let old = unsafe { self.trie.insert(k, p, self.seq, &mut scratch) };
+        for n in scratch.replaced.drain(..) {
             // SAFETY: nothing else reads the replaced node (I13).
             unsafe { Node::free(n) };
         }
@@ -35,10 +35,10 @@ impl Owned {
     }
     fn remove(&mut self, k: u64) -> Option<Erased> {
         self.seq += 1;
-        let mut replaced = Vec::new();
+        let mut scratch = Scratch::default();
         // SAFETY: as above (I12).
-        let old = unsafe { self.trie.remove(k, self.seq, &mut replaced) };
-        for n in replaced {
+        let old = unsafe { self.trie.remove(k, self.seq, &mut scratch) };
+        for n in scratch.replaced.drain(..) {
             // SAFETY: as above (I13).
             unsafe { Node::free(n) };
         }
@@ -185,7 +185,7 @@ fn old_versions_are_unchanged_by_later_writes() {
     let n = if cfg!(miri) { 80 } else { 600 };
     let mut rng = Rng(7);
     for seq in 1..=n {
-        let mut replaced = Vec::new();
+        let mut scratch = Scratch::default();
         let k = if seq % 3 == 0 {
             rng.next() % 10_000
         } else {
@@ -194,20 +194,20 @@ fn old_versions_are_unchanged_by_later_writes() {
         if seq % 7 == 0 && !model.is_empty() {
             let victim = *model.keys().next().unwrap();
             // SAFETY: fresh seq per write; old nodes kept alive below (I12, I13).
-            let got = unsafe { t.remove(victim, seq, &mut replaced) };
+            let got = unsafe { t.remove(victim, seq, &mut scratch) };
             assert_eq!(got, model.remove(&victim));
         } else {
             let p = ptr(seq);
             // SAFETY: as above (I12, I13).
-            let got = unsafe { t.insert(k, p, seq, &mut replaced) };
+            let got = unsafe { t.insert(k, p, seq, &mut scratch) };
             assert_eq!(got, model.insert(k, p));
             // path copying: at most one replaced node per level
             assert!(
-                replaced.len() as u32 <= t.height(),
+                scratch.replaced.len() as u32 <= t.height(),
                 "copied more than the path"
             );
         }
-        all_replaced.append(&mut replaced);
+        all_replaced.append(&mut scratch.replaced);
         versions.push((t, model.clone()));
     }
     for (v, m) in &versions {
