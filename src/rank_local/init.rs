@@ -16,7 +16,7 @@ use super::instance::{InstancePtr, ESCAPED, SCOPED};
 use super::reclaim::SweepWhen;
 use super::{RankLocal, Writer};
 use crate::backend::Backend;
-use crate::collector::pin;
+use crate::collector::{count_pin, pin};
 use crate::identity::{self, RankId};
 use crate::primitive::{lock, wait, Ordering};
 
@@ -75,7 +75,13 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         access: Access,
     ) -> Result<(InstancePtr<T>, Option<Guard>), E> {
         let me = identity::own_raw();
-        let protect = || (access == Access::Scoped).then(pin);
+        let protect = || {
+            (access == Access::Scoped).then(|| {
+                let guard = pin();
+                count_pin(&guard);
+                guard
+            })
+        };
         let mut w = lock(&self.writer);
         loop {
             // SAFETY: under the writer lock, which serializes every write to the map (I16).

@@ -171,6 +171,13 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 }
             }
             n = batch.len();
+            // An explicit call hands the token to the collector at once; a first touch's sweep
+            // lets it wait with the writers' other retirements (I37): each flush makes a 2 KiB
+            // node in the collector's queue, whose free then waits in some thread's bag.
+            let flush = match when {
+                SweepWhen::Now => Flush::Now,
+                SweepWhen::Due => Flush::Batched,
+            };
             if n > 0 {
                 let removed = B::remove(&self.map, &ranks);
                 debug_assert_eq!(removed, n);
@@ -185,7 +192,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 let set = move || flag.store(true, Ordering::Release);
                 // SAFETY: the closure owns all it touches (an `Arc`) and frees nothing (I32,
                 // I37).
-                unsafe { collector::retire(set, Flush::Now) };
+                unsafe { collector::retire(set, flush) };
                 sw.batches.push_back(Batch {
                     serial: sw.next_serial,
                     done,

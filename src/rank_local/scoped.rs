@@ -14,7 +14,7 @@ use super::instance::{InstancePtr, RECLAIMING};
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::cache;
-use crate::collector::pin;
+use crate::collector::{count_pin, pin};
 use crate::erased::Erased;
 use crate::identity::{self, RankId};
 use crate::primitive::Ordering;
@@ -39,6 +39,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     pub fn for_each(&self, mut f: impl FnMut(RankId, &T)) {
         // The pin covers the snapshot's load and the whole visit (I33).
         let _guard = pin();
+        count_pin(&_guard);
         for (rank, p) in B::iter(&self.map) {
             // SAFETY: an instance of this map (I5), read from a snapshot loaded under `_guard`
             // (I33).
@@ -58,6 +59,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     pub(super) fn visit_sorted<R>(&self, f: impl FnOnce(&[(RankId, &T)]) -> R) -> R {
         // The pin covers the snapshot's load and `f` (I33).
         let _guard = pin();
+        count_pin(&_guard);
         let mut entries = Vec::new();
         for (rank, p) in B::iter(&self.map) {
             // SAFETY: an instance of this map (I5), read from a snapshot loaded under `_guard`
@@ -96,7 +98,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 return Some((p, guard));
             }
         }
-        // SAFETY: an instance of this map (I5), read from it under `guard` (I33).
+        count_pin(&guard); // a miss: the slow part of a scoped lookup
+                           // SAFETY: an instance of this map (I5), read from it under `guard` (I33).
         let p = unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) };
         // SAFETY: as just said (I33).
         if unsafe { p.state() }.load(Ordering::Acquire) == RECLAIMING {
