@@ -34,9 +34,25 @@ tls! {
 /// replaced `Epoch` version's epoch reference, a sweep's batch token — is deferred through, under
 /// [`WRITERS`] (I37).
 struct Writers {
+    #[cfg(not(loom))]
     handle: LocalHandle,
     /// Closures deferred since the last flush.
     unflushed: usize,
+}
+
+impl Writers {
+    /// Runs `f` with the writers' participant. Under loom, a fresh participant per use, dropped
+    /// at the end of it (which hands its bag to the collector): one kept in a loom `lazy_static`
+    /// would be dropped after the model's threads, outside the model, in an order loom does not
+    /// control. So loom checks deferral through a participant that is not the calling thread's
+    /// own, but not one participant moving between threads.
+    fn with<R>(&mut self, f: impl FnOnce(&LocalHandle) -> R) -> R {
+        #[cfg(not(loom))]
+        let r = f(&self.handle);
+        #[cfg(loom)]
+        let r = f(&COLLECTOR.register());
+        r
+    }
 }
 
 // SAFETY: a crossbeam `Local` holds no thread identity (no thread-local, no thread id): it is a
@@ -48,6 +64,7 @@ unsafe impl Send for Writers {}
 lazy_global! {
     /// The writers' participant (I37).
     static WRITERS: Mutex<Writers> = Mutex::new(Writers {
+        #[cfg(not(loom))]
         handle: COLLECTOR.register(),
         unflushed: 0,
     });
@@ -78,14 +95,20 @@ pub(crate) enum Flush {
 /// and what it frees is reachable only by threads pinned now.
 pub(crate) unsafe fn retire<F: FnOnce()>(f: F, flush: Flush) {
     let mut w = lock(&WRITERS);
-    let guard = w.handle.pin();
-    // SAFETY: the caller's contract; the writers' participant is used only under `WRITERS` (I37).
-    unsafe { guard.defer_unchecked(f) };
     w.unflushed += 1;
-    if flush == Flush::Now || w.unflushed >= FLUSH_EVERY {
-        guard.flush();
+    let now = flush == Flush::Now || w.unflushed >= FLUSH_EVERY;
+    if now {
         w.unflushed = 0;
     }
+    w.with(|h| {
+        let guard = h.pin();
+        // SAFETY: the caller's contract; the writers' participant is used only under `WRITERS`
+        // (I37).
+        unsafe { guard.defer_unchecked(f) };
+        if now {
+            guard.flush();
+        }
+    });
 }
 
 /// Hands everything the writers deferred to the collector and tries to advance the epoch and run
@@ -94,8 +117,8 @@ pub(crate) unsafe fn retire<F: FnOnce()>(f: F, flush: Flush) {
 pub(crate) fn flush() {
     {
         let mut w = lock(&WRITERS);
-        w.handle.pin().flush();
         w.unflushed = 0;
+        w.with(|h| h.pin().flush());
     }
     let _ = HANDLE.try_with(|h| h.pin().flush());
 }
