@@ -127,23 +127,31 @@
 //! assert_eq!(*KEY.get(), 0);
 //! ```
 
-/// # The epoch `Iter` is not `Send`
+/// # `Iter` is `Send` and `Sync` exactly when `T: Sync`
 ///
-/// `Epoch`'s iterator used to keep the thread pinned (an epoch `Guard`, which is `!Send`). Since
-/// the persistent trie it holds no pin but a count on its version header, through a raw pointer, so
-/// it is still `!Send` by default; nothing relies on that now (releasing the count is an atomic
-/// decrement that any thread may do), so making it `Send` when `T: Sync` would be sound, and this
-/// block (only this one) is where that decision is pinned. The twin is the `Baseline` iterator,
-/// which owns a copy of the entries and is `Send`.
+/// `Iter` yields `&T`s, so like `slice::Iter` it may cross threads when `&T` may: when `T: Sync`.
+/// It holds a count on its snapshot, not an epoch pin (I15), which any thread may give up, so the
+/// backend iterators are `Send` and `Sync` (the `Epoch` one by an `unsafe impl`, argued there):
+/// an `Iter` can be held across an `.await` in a `tokio::spawn`ed task. A `RankLocal` only ever
+/// holds `T: Send + Sync`, so the twin names the type with a `!Sync` `T` directly.
 ///
-/// ```compile_fail,E0277
-/// fn assert_send<T: Send>(_: T) {}
+/// ```
+/// fn assert_send_sync<T: Send + Sync>(_: &T) {}
 /// let rl = ranklocal::RankLocal::<u32>::new();
-/// assert_send(rl.iter());
+/// rl.get_or(|| 1);
+/// let it = rl.iter();
+/// assert_send_sync(&it);
+/// let moved = std::thread::scope(|s| s.spawn(move || it.count()).join().unwrap());
+/// assert_eq!(moved, 1);
+/// fn every_backend<B: ranklocal::Backend>() {
+///     fn send_sync<T: Send + Sync>() {}
+///     send_sync::<ranklocal::Iter<'static, u32, B>>();
+/// }
+/// every_backend::<ranklocal::Epoch>();
+/// every_backend::<ranklocal::Baseline>();
 /// ```
+/// ```compile_fail,E0277
+/// fn assert_send<T: Send>() {}
+/// assert_send::<ranklocal::Iter<'static, std::cell::Cell<u32>, ranklocal::Epoch>>();
 /// ```
-/// fn assert_send<T: Send>(_: T) {}
-/// let rl = ranklocal::RankLocal::<u32, ranklocal::Baseline>::new();
-/// assert_send(rl.iter());
-/// ```
-pub struct EpochIterIsNotSend;
+pub struct IterIsSendWhenTIsSync;

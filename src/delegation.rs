@@ -280,6 +280,26 @@ impl<F> OnBehalfOf<F> {
     }
 }
 
+/// A clone runs as the same rank (like `tracing`'s `Instrumented`); the inner future is cloned as
+/// it is, unpolled or mid-way, as `F::clone` does.
+///
+/// ```
+/// use ranklocal::{OnBehalfExt, RankId};
+/// let me = RankId::current();
+/// let fut = std::future::ready(7).on_behalf_of(me);
+/// let again = fut.clone();
+/// assert_eq!(again.rank(), me);
+/// assert_eq!(again.into_inner().into_inner(), 7);
+/// ```
+impl<F: Clone> Clone for OnBehalfOf<F> {
+    fn clone(&self) -> Self {
+        OnBehalfOf {
+            inner: ManuallyDrop::new(F::clone(&self.inner)),
+            rank: self.rank,
+        }
+    }
+}
+
 impl<F: Future> Future for OnBehalfOf<F> {
     type Output = F::Output;
 

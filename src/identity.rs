@@ -186,6 +186,22 @@ impl Rank {
     }
 }
 
+/// The rank's id: `RankId::from(&rank)` is `rank.id()`, so a `&Rank` can be passed where a
+/// `RankId` is expected (`impl Into<RankId>`).
+///
+/// ```
+/// use ranklocal::{Rank, RankId};
+/// let request = Rank::new();
+/// let id: RankId = (&request).into();
+/// assert_eq!(id, request.id());
+/// ```
+impl From<&Rank> for RankId {
+    #[inline]
+    fn from(rank: &Rank) -> RankId {
+        rank.id
+    }
+}
+
 impl Default for Rank {
     /// Same as [`Rank::new`].
     fn default() -> Rank {

@@ -92,6 +92,7 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// # Panics
     /// As [`RankLocal::get_or`].
     #[inline]
+    #[track_caller]
     pub fn get(&'static self) -> &'static T {
         let p = self.slot.with(Cell::get);
         // Non-short-circuit `&`: both reads are plain TLS loads, so one branch instead of two.
@@ -106,6 +107,7 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     }
 
     #[cold]
+    #[track_caller]
     fn get_slow(&'static self) -> &'static T {
         let v = self.inner.0.get_or(self.init);
         self.remember(v);
@@ -218,6 +220,7 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// # Panics
     /// As [`get`](Self::get).
     #[inline]
+    #[track_caller]
     pub fn with<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
         let p = self.slot.with(Cell::get);
         if identity::acting_as_self() & !p.is_null() {
@@ -245,6 +248,131 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     #[inline]
     pub fn with_for<R>(&'static self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R> {
         self.inner.0.with_for(rank, f)
+    }
+
+    /// The current rank's instance lent to `f` if it exists, else `None`: never creates one and
+    /// keeps nothing alive (see [`RankLocal::try_with`]).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// rank_local! {
+    ///     static RETRIES: AtomicU32 = const { AtomicU32::new(0) };
+    /// }
+    ///
+    /// assert_eq!(RETRIES.try_with(|r| r.load(Ordering::Relaxed)), None);
+    /// RETRIES.with(|r| r.fetch_add(1, Ordering::Relaxed));
+    /// assert_eq!(RETRIES.try_with(|r| r.load(Ordering::Relaxed)), Some(1));
+    /// ```
+    #[inline]
+    pub fn try_with<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        if identity::acting_as_self() {
+            let p = self.slot.with(Cell::get);
+            if !p.is_null() {
+                // SAFETY: as in `get` (I8, I1).
+                return Some(f(unsafe { &*p }));
+            }
+        }
+        self.inner.0.try_with(f)
+    }
+
+    /// Number of ranks with an instance (see [`RankLocal::len`]).
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, rank_local, Rank};
+    ///
+    /// rank_local! {
+    ///     static SEEN: u32 = 0;
+    /// }
+    ///
+    /// assert!(SEEN.is_empty());
+    /// SEEN.get();
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || SEEN.get());
+    /// assert_eq!(SEEN.len(), 2);
+    /// ```
+    pub fn len(&'static self) -> usize {
+        self.inner.0.len()
+    }
+
+    /// `true` if no rank has an instance (see [`RankLocal::is_empty`]).
+    pub fn is_empty(&'static self) -> bool {
+        self.inner.0.is_empty()
+    }
+
+    /// Lends every instance to `f` in turn, from one snapshot, keeping nothing alive (see
+    /// [`RankLocal::for_each`]).
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, rank_local, Rank};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// rank_local! {
+    ///     static BYTES: AtomicU64 = const { AtomicU64::new(0) };
+    /// }
+    ///
+    /// BYTES.with(|b| b.store(3, Ordering::Relaxed));
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || BYTES.with(|b| b.store(4, Ordering::Relaxed)));
+    /// let mut total = 0;
+    /// BYTES.for_each(|_, b| total += b.load(Ordering::Relaxed));
+    /// assert_eq!(total, 7);
+    /// ```
+    pub fn for_each(&'static self, f: impl FnMut(RankId, &T)) {
+        self.inner.0.for_each(f);
+    }
+
+    /// Unpublishes the scoped-only instances of exited ranks (see
+    /// [`RankLocal::reclaim_exited`]).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    ///
+    /// rank_local! {
+    ///     static SCRATCH: Vec<u8> = Vec::new();
+    /// }
+    ///
+    /// std::thread::spawn(|| SCRATCH.with(|s| s.len())).join().unwrap();
+    /// assert_eq!(SCRATCH.reclaim_exited(), 1); // the exited thread's instance
+    /// assert!(SCRATCH.is_empty());
+    /// ```
+    ///
+    /// # Panics
+    /// As [`RankLocal::reclaim_exited`].
+    pub fn reclaim_exited(&'static self) -> usize {
+        self.inner.0.reclaim_exited()
+    }
+
+    /// [`reclaim_exited`](Self::reclaim_exited), then waits until every such instance has been
+    /// dropped (see [`RankLocal::reclaim_exited_blocking`]).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// static TOTAL: AtomicU64 = AtomicU64::new(0);
+    /// struct Tally(u64);
+    /// impl Drop for Tally {
+    ///     fn drop(&mut self) {
+    ///         TOTAL.fetch_add(self.0, Ordering::Relaxed);
+    ///     }
+    /// }
+    ///
+    /// rank_local! {
+    ///     static TALLY: Tally = Tally(5);
+    /// }
+    ///
+    /// std::thread::spawn(|| TALLY.with(|_| ())).join().unwrap();
+    /// TALLY.reclaim_exited_blocking();
+    /// assert_eq!(TOTAL.load(Ordering::Relaxed), 5); // dropped before it returned
+    /// ```
+    ///
+    /// # Panics
+    /// As [`RankLocal::reclaim_exited_blocking`].
+    #[track_caller]
+    pub fn reclaim_exited_blocking(&'static self) -> usize {
+        self.inner.0.reclaim_exited_blocking()
     }
 
     /// The underlying `RankLocal`.

@@ -191,6 +191,14 @@ pub struct EpochIter<'a> {
     _map: PhantomData<&'a EpochMap>,
 }
 
+// SAFETY: an `EpochIter` holds a counted reference to an immutable version (I3, I15, I17):
+// reading the version's nodes is a read of immutable data from any thread, and giving the count
+// up is an atomic decrement (and, for the last holder, a free) that any thread may make. What it
+// yields are `Erased` pointers (`Send + Sync`, I7).
+unsafe impl Send for EpochIter<'_> {}
+// SAFETY: as for `Send`; `&EpochIter` allows no access at all (I15).
+unsafe impl Sync for EpochIter<'_> {}
+
 impl Iterator for EpochIter<'_> {
     type Item = (u64, Erased);
 

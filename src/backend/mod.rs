@@ -68,7 +68,7 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     type Map: Send + Sync;
 
     #[doc(hidden)]
-    type Iter<'a>: Iterator<Item = (u64, Erased)>;
+    type Iter<'a>: Iterator<Item = (u64, Erased)> + Send + Sync;
 
     /// An empty map (a `const` so that `RankLocal::new` is `const`).
     #[doc(hidden)]

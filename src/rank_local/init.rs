@@ -68,6 +68,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// the instance, ESCAPED for [`Access::Escaped`] (I31), and for [`Access::Scoped`] a pin taken
     /// under the writer lock, so no sweep can have retired the instance before it (I33). Pins
     /// nothing else: a thread whose first touches are its own registers no epoch participant.
+    #[track_caller]
     pub(super) fn insert<E>(
         &self,
         rank: u64,

@@ -1,6 +1,7 @@
 //! Iteration: `iter` (one snapshot; marks what it hands out ESCAPED, I31), `iter_mut` and
 //! `into_iter` (exclusive access, I6), and the iterator types.
 
+use core::iter::FusedIterator;
 use core::marker::PhantomData;
 
 use super::instance::{InstancePtr, ESCAPED};
@@ -82,6 +83,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// ```
     pub fn iter_mut(&mut self) -> IterMut<'_, T, B> {
         IterMut {
+            remaining: B::len(&self.map),
             inner: B::iter(&self.map),
             _rl: PhantomData,
         }
@@ -92,9 +94,12 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 ///
 /// *Covariant* in `T` (like `core::slice::Iter`): it only hands out `&'a T`s of instances that
 /// already exist and can insert nothing, so reading a `&'a &'static str` as a `&'a &'short str`
-/// is a plain subtyping of what it yields (I9). It borrows the `RankLocal` for `'a`. `Send` only
-/// if the backend's iterator is: the `Epoch` one holds a raw pointer to its version header (a
-/// count, not a pin, I15), so it is `!Send`.
+/// is a plain subtyping of what it yields (I9). It borrows the `RankLocal` for `'a`.
+///
+/// `Send` and `Sync` when `T: Sync` (it yields `&T`s, like `slice::Iter`): it holds a count on its
+/// snapshot, not an epoch pin (I15), and the count can be given up on any thread, so an `Iter`
+/// may be held across an `.await` in a task that moves between threads. It is fused: once it
+/// returns `None`, it keeps returning `None`.
 ///
 /// ```
 /// use ranklocal::{Iter, RankId, RankLocal};
@@ -129,6 +134,10 @@ impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
     }
 }
 
+/// Every backend's iterator keeps returning `None` once done (a finished cursor, a drained
+/// `Vec`).
+impl<'a, T: 'a, B: Backend> FusedIterator for Iter<'a, T, B> {}
+
 /// Iterator over `(rank, &mut instance)`; see [`RankLocal::iter_mut`].
 ///
 /// *Invariant* in `T`, like `core::slice::IterMut`: it hands out `&mut T`, through which a
@@ -147,6 +156,8 @@ impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
 /// ```
 pub struct IterMut<'a, T, B: Backend> {
     inner: B::Iter<'a>,
+    /// Instances not yet yielded: the map cannot change while it is mutably borrowed.
+    remaining: usize,
     _rl: PhantomData<&'a mut RankLocal<T, B>>,
 }
 
@@ -156,6 +167,7 @@ impl<'a, T: 'a, B: Backend> Iterator for IterMut<'a, T, B> {
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let (rank, p) = self.inner.next()?;
+        self.remaining = self.remaining.saturating_sub(1);
         // SAFETY: the `RankLocal` is mutably borrowed for 'a (I6), each rank has its own
         // allocation (I1, I5) and the snapshot yields each rank once, so the `&mut T`s are
         // disjoint and unaliased.
@@ -163,7 +175,18 @@ impl<'a, T: 'a, B: Backend> Iterator for IterMut<'a, T, B> {
             InstancePtr::<T>::new(p).value_mut()
         }))
     }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
 }
+
+impl<'a, T: 'a, B: Backend> ExactSizeIterator for IterMut<'a, T, B> {}
+
+/// Every backend's iterator keeps returning `None` once done (a finished cursor, a drained
+/// `Vec`).
+impl<'a, T: 'a, B: Backend> FusedIterator for IterMut<'a, T, B> {}
 
 impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a RankLocal<T, B> {
     type Item = (RankId, &'a T);

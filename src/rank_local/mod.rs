@@ -220,6 +220,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// If called for a rank from inside that rank's own `init` on this `RankLocal` (reentrant
     /// initialization), or if `T::default()` panics.
     #[inline]
+    #[track_caller]
     pub fn get(&self) -> &T
     where
         T: Default,
@@ -243,6 +244,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// # Panics
     /// As [`get`](Self::get).
     #[inline]
+    #[track_caller]
     pub fn get_or_default(&self) -> &T
     where
         T: Default,
@@ -281,6 +283,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// If called for a rank from inside that rank's own `init` on this `RankLocal`, or if `init`
     /// panics.
     #[inline]
+    #[track_caller]
     pub fn get_or(&self, init: impl FnOnce() -> T) -> &T {
         let Ok(v) = self.get_or_try(|| Ok::<T, Infallible>(init()));
         v
@@ -301,6 +304,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// # Panics
     /// As [`get_or`](Self::get_or).
     #[inline]
+    #[track_caller]
     pub fn get_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
         // 0 if the thread has no id yet: the cache then misses and the slow path assigns one.
         let rank = identity::current_raw_or_zero();
@@ -311,6 +315,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     #[cold]
+    #[track_caller]
     fn get_or_try_slow<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
         // 0: the thread had no id, so `current_raw` assigns one now that nobody else has seen:
         // no map can hold it, and the lookup (a pin on `Epoch`) is skipped.
@@ -449,6 +454,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// # Panics
     /// As [`get`](Self::get). A panic in `f` propagates; nothing is leaked.
     #[inline]
+    #[track_caller]
     pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R
     where
         T: Default,
@@ -456,14 +462,58 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         self.with_or(T::default, f)
     }
 
-    /// [`with`](Self::with) with an explicit initializer (the `rank_local!` key's `with`).
+    /// The current rank's instance, created with `init` on first use, lent to `f`: scoped access
+    /// as [`with`](Self::with), for a `T` without `Default` (what a `rank_local!` key's `with`
+    /// does with its initializer).
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::Mutex;
+    ///
+    /// struct Conn {
+    ///     peer: String,
+    ///     sent: Mutex<u64>,
+    /// }
+    ///
+    /// static CONNS: RankLocal<Conn> = RankLocal::new();
+    ///
+    /// let open = || Conn { peer: "10.0.0.1".into(), sent: Mutex::new(0) };
+    /// CONNS.with_or(open, |c| *c.sent.lock().unwrap() += 1);
+    /// let sent = CONNS.with_or(|| unreachable!("exists"), |c| *c.sent.lock().unwrap());
+    /// assert_eq!(sent, 1);
+    /// assert_eq!(CONNS.with_or(open, |c| c.peer.clone()), "10.0.0.1");
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get_or`](Self::get_or). A panic in `f` propagates; nothing is leaked.
     #[inline]
-    pub(crate) fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+    #[track_caller]
+    pub fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
         let rank = identity::current_raw_or_zero();
         if let Some(v) = self.cached_owner(rank) {
             return f(v);
         }
         self.with_slow(init, f)
+    }
+
+    /// The current rank's instance lent to `f` if it exists, else `None`: never creates one, and,
+    /// like [`with`](Self::with), hands out no `&T` that outlives `f` (the instance stays
+    /// reclaimable after its rank exits). The scoped form of [`try_get`](Self::try_get), as
+    /// `with_for(RankId::current(), f)`.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let hits: RankLocal<AtomicU32> = RankLocal::new();
+    /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), None); // nothing created
+    /// assert!(hits.is_empty());
+    /// hits.with(|h| h.fetch_add(1, Ordering::Relaxed));
+    /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), Some(1));
+    /// ```
+    #[inline]
+    pub fn try_with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        self.with_for(RankId::current(), f)
     }
 
     /// `rank`'s instance lent to `f`, or `None` if it has none (never creates one); scoped

@@ -118,6 +118,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// A thread that has no id yet gets one here, and then no map can hold its instance (the
     /// lookup is skipped).
     #[cold]
+    #[track_caller]
     pub(super) fn with_slow<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
         let fresh = identity::current_raw_or_zero() == 0;
         let rank = identity::current_raw();
