@@ -172,8 +172,9 @@ mod tests {
     use core::cell::Cell;
 
     use super::*;
+    use crate::counters::MAP_LOOKUPS;
     use crate::identity::{self, RankId};
-    use crate::rank_local::{fresh_uid, MAP_LOOKUPS};
+    use crate::rank_local::fresh_uid;
     use crate::RankLocal;
 
     fn map_lookups() -> u64 {

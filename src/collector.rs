@@ -141,6 +141,7 @@ const PINS_BETWEEN_FLUSHES: u32 = 128;
 /// a temporary handle is registered for the pin (as crossbeam's own `epoch::pin` does).
 #[inline]
 pub(crate) fn pin() -> Guard {
+    crate::counters::bump!(PINS);
     HANDLE
         .try_with(LocalHandle::pin)
         .unwrap_or_else(|_| COLLECTOR.register().pin())

@@ -109,6 +109,7 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     #[cold]
     #[track_caller]
     fn get_slow(&'static self) -> &'static T {
+        crate::counters::bump!(KEY_SLOW);
         let v = self.inner.0.get_or(self.init);
         self.remember(v);
         v

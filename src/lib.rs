@@ -182,6 +182,7 @@ mod cache;
 mod collector;
 #[cfg(doctest)]
 mod compile_fail_tests;
+mod counters;
 mod delegation;
 mod erased;
 mod identity;

@@ -126,3 +126,37 @@ impl Backend for Baseline {
         removed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::hash::BuildHasher;
+
+    /// The map hashes rank ids to distinct, spread values: the C++ design's `unordered_map`, not a
+    /// list (a constant or truncated hash would make every lookup a scan).
+    #[test]
+    fn rank_ids_hash_to_distinct_spread_values() {
+        let build = BuildHasherDefault::<RankHasher>::default();
+        let hashes: Vec<u64> = (1..=4096u64).map(|id| build.hash_one(id)).collect();
+        let mut distinct = hashes.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), hashes.len(), "two rank ids hash alike");
+        // the top 7 bits (what hashbrown's control bytes use) take many values
+        let mut tops: Vec<u64> = hashes.iter().map(|h| h >> 57).collect();
+        tops.sort_unstable();
+        tops.dedup();
+        assert!(
+            tops.len() > 100,
+            "hashes crowd in {} top-bit classes",
+            tops.len()
+        );
+        // bytes (never hashed by the crate) fold into the state too
+        let mut h = RankHasher::default();
+        h.write(&[1, 2, 3]);
+        let a = h.finish();
+        let mut h = RankHasher::default();
+        h.write(&[3, 2, 1]);
+        assert_ne!(a, h.finish());
+    }
+}

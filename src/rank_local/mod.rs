@@ -27,6 +27,8 @@ mod instance;
 mod iter;
 mod reclaim;
 mod scoped;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 use core::convert::Infallible;
 use core::fmt;
@@ -34,6 +36,7 @@ use core::marker::PhantomData;
 
 use crate::backend::{Backend, Epoch};
 use crate::cache;
+use crate::counters;
 use crate::erased::Erased;
 use crate::identity::{self, RankId};
 use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
@@ -61,13 +64,6 @@ pub(crate) fn fresh_uid() -> u64 {
             return uid;
         }
     }
-}
-
-#[cfg(all(test, not(loom)))]
-std::thread_local! {
-    /// Test-only: map lookups (`B::get_with` in `lookup_slow`) made by this thread. A thread-cache
-    /// hit makes none, so a count that stays put proves hits without timing anything.
-    pub(crate) static MAP_LOOKUPS: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
 }
 
 /// Makes a type that mentions it invariant in `T`, adding no auto-trait bound (a `fn` pointer is
@@ -384,8 +380,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
     #[cold]
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
-        #[cfg(all(test, not(loom)))]
-        MAP_LOOKUPS.with(|n| n.set(n.get() + 1));
+        counters::bump!(MAP_LOOKUPS);
         // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
         // Baseline), which keeps `p` alive from the map load to the escape (I33).
         let p = B::get_with(&self.map, rank, |p| {

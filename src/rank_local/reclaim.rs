@@ -149,6 +149,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 || (pending >= 16 && pending as u64 >= B::len(&self.map) as u64 / 2));
         let mut n = 0;
         if let (true, Some(inbox)) = (due, &sw.inbox) {
+            crate::counters::bump!(SWEEPS);
             let mut ranks = Vec::new();
             let mut batch = Vec::new();
             for rank in inbox.take() {

@@ -188,6 +188,12 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     pub(crate) fn pending(&self) -> (usize, usize) {
         (self.garbage.len(), self.versions.len())
     }
+
+    /// The capacities of the buffers behind [`pending`](Self::pending).
+    #[cfg(test)]
+    pub(crate) fn capacities(&self) -> (usize, usize) {
+        (self.garbage.capacity(), self.versions.capacity())
+    }
 }
 
 impl<H: ReplacedVersion> Write<'_, H> {

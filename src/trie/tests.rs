@@ -291,3 +291,57 @@ fn replaced_nodes_wait_for_every_version_that_contains_them() {
     // SAFETY: the last version's nodes, only owner (I13).
     unsafe { t.free_nodes() };
 }
+
+/// The writer's buffers give their memory back once a backlog drained (halved at a quarter full),
+/// and the front of the queues is freed without a full rescan.
+#[test]
+fn a_drained_backlog_gives_its_buffers_back() {
+    let mut r: Reclaimer<Fake> = Reclaimer::NEW;
+    let mut t = Trie::EMPTY;
+    let f = FANOUT as u64;
+    let mut flags = Vec::new();
+    let n = if cfg!(miri) { 300 } else { 3000 };
+    for seq in 1..=n {
+        // SAFETY: the only writer; no node is freed while its version is held (I12, I13, I16).
+        let mut w = unsafe { r.write(t, seq - 1) };
+        w.insert(f * f + seq % f, ptr(seq));
+        t = w.trie();
+        let old = (seq > 1).then(|| {
+            let dead = Rc::new(Cell::new(false));
+            flags.push(dead.clone());
+            Fake(dead)
+        });
+        // SAFETY: version `seq` replaced version seq-1 (I14).
+        unsafe { w.retire(old) };
+    }
+    let (garbage, versions) = r.pending();
+    assert_eq!(versions as u64, n - 1, "a version was forgotten while held");
+    assert!(garbage as u64 >= n - 1);
+    let (gcap, vcap) = r.capacities();
+    assert!(gcap >= garbage && vcap >= versions);
+    for d in &flags {
+        d.set(true);
+    }
+    // the next write frees the dead front in order, then the buffers shrink
+    for seq in n + 1..=n + 8 {
+        // SAFETY: as above (I12, I13, I16).
+        let mut w = unsafe { r.write(t, seq - 1) };
+        w.insert(f * f + seq % f, ptr(seq));
+        t = w.trie();
+        let dead = Rc::new(Cell::new(true));
+        // SAFETY: as above (I14).
+        unsafe { w.retire(Some(Fake(dead))) };
+    }
+    assert_eq!(
+        r.pending(),
+        (0, 0),
+        "dead versions and their nodes were kept"
+    );
+    let (gcap2, vcap2) = r.capacities();
+    assert!(
+        gcap2 <= gcap / 2 && vcap2 <= vcap / 2,
+        "the buffers kept their peak: {gcap} -> {gcap2}, {vcap} -> {vcap2}"
+    );
+    // SAFETY: the last version's nodes, only owner (I13).
+    unsafe { t.free_nodes() };
+}

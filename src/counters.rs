@@ -1,0 +1,38 @@
+//! Test-only event counters (unit tests only: `cfg(test)`): properties the crate's claims rest on
+//! that no result shows — a hit that makes no map lookup, a path that takes no pin, a sweep that
+//! runs only when due — are asserted by counting events on the current thread. Production code
+//! bumps them with [`bump`]; in normal builds the calls compile to nothing.
+
+#[cfg(all(test, not(loom)))]
+use core::cell::Cell;
+
+/// A per-thread event count.
+#[cfg(all(test, not(loom)))]
+pub(crate) type Counter = std::thread::LocalKey<Cell<u64>>;
+
+#[cfg(all(test, not(loom)))]
+std::thread_local! {
+    /// Map lookups made by `RankLocal::lookup_slow` (a thread-cache miss of a plain lookup).
+    pub(crate) static MAP_LOOKUPS: Cell<u64> = const { Cell::new(0) };
+    /// Pins of this thread's participant (`collector::pin`).
+    pub(crate) static PINS: Cell<u64> = const { Cell::new(0) };
+    /// Sweeps that ran (took their inbox), on any `RankLocal`.
+    pub(crate) static SWEEPS: Cell<u64> = const { Cell::new(0) };
+    /// Slow paths of a `rank_local!` key's `get` (its slot missed).
+    pub(crate) static KEY_SLOW: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Counts one event (unit tests only).
+macro_rules! bump {
+    ($counter:ident) => {
+        #[cfg(all(test, not(loom)))]
+        $crate::counters::$counter.with(|n| n.set(n.get() + 1));
+    };
+}
+pub(crate) use bump;
+
+/// The count of `counter` on this thread.
+#[cfg(all(test, not(loom)))]
+pub(crate) fn get(counter: &'static Counter) -> u64 {
+    counter.with(Cell::get)
+}

@@ -1,0 +1,186 @@
+//! Properties no result shows, asserted with the test-only counters of `crate::counters`: the
+//! owner's scoped hit takes no pin and makes no map lookup, `Baseline` never caches a delegated
+//! lookup (it measures the C++ design), `with_for` of the caller's own rank takes the owner's
+//! pin-free path, a first touch sweeps only when enough ranks exited, and a `rank_local!` key's
+//! owner `get` is served by its slot.
+
+use crate::backend::{Backend, Baseline, Epoch};
+use crate::counters::{self, KEY_SLOW, MAP_LOOKUPS, PINS, SWEEPS};
+use crate::identity::{Rank, RankId};
+use crate::{on_behalf_of, RankLocal};
+
+/// Runs `f` on a fresh thread (its own cache, its own counters) and returns what it returns.
+fn on_fresh_thread<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    std::thread::scope(|s| s.spawn(f).join().expect("the test thread panicked"))
+}
+
+/// How many `counter` events `f` made on this thread.
+fn events(counter: &'static counters::Counter, f: impl FnOnce()) -> u64 {
+    let before = counters::get(counter);
+    f();
+    counters::get(counter) - before
+}
+
+fn owner_with_is_a_pin_free_hit<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    on_fresh_thread(|| {
+        rl.with(|v| assert_eq!(*v, 0)); // first touch: fills the owner entry
+        let pins = events(&PINS, || {
+            let lookups = events(&MAP_LOOKUPS, || {
+                for _ in 0..10 {
+                    rl.with(|v| assert_eq!(*v, 0));
+                }
+            });
+            assert_eq!(lookups, 0, "the owner's with looked the map up");
+        });
+        assert_eq!(
+            pins, 0,
+            "the owner's with pinned (it needs no pin while the rank is live)"
+        );
+    });
+}
+
+#[test]
+fn owner_with_is_a_pin_free_hit_epoch() {
+    owner_with_is_a_pin_free_hit::<Epoch>();
+}
+
+#[test]
+fn owner_with_is_a_pin_free_hit_baseline() {
+    owner_with_is_a_pin_free_hit::<Baseline>();
+}
+
+#[cfg(feature = "arc-swap")]
+#[test]
+fn owner_with_is_a_pin_free_hit_arc_swap() {
+    owner_with_is_a_pin_free_hit::<crate::ArcSwap>();
+}
+
+fn with_for_of_own_rank_takes_the_owner_path<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    on_fresh_thread(|| {
+        let me = RankId::current();
+        rl.get_or(|| 7); // a plain entry: the scoped owner entry is still empty
+                         // the owner branch of the slow path: a map lookup (a pin on `Epoch`), then an owner entry
+        assert_eq!(rl.with_for(me, |v| *v), Some(7));
+        let pins = events(&PINS, || {
+            let lookups = events(&MAP_LOOKUPS, || {
+                assert_eq!(rl.with_for(me, |v| *v), Some(7)); // an owner-entry hit
+            });
+            assert_eq!(lookups, 0);
+        });
+        assert_eq!(
+            pins, 0,
+            "with_for of the live owner's own rank did not fill the owner entry"
+        );
+    });
+}
+
+#[test]
+fn with_for_of_own_rank_takes_the_owner_path_epoch() {
+    with_for_of_own_rank_takes_the_owner_path::<Epoch>();
+}
+
+#[test]
+fn with_for_of_own_rank_takes_the_owner_path_baseline() {
+    with_for_of_own_rank_takes_the_owner_path::<Baseline>();
+}
+
+/// `Baseline` is the C++ design: the read lock for every delegated lookup, never the cache.
+#[test]
+fn baseline_never_caches_a_delegated_lookup_and_epoch_does() {
+    fn lookups<B: Backend>() -> u64 {
+        let rl = RankLocal::<u64, B>::new();
+        let job = Rank::new();
+        on_behalf_of(job.id(), || rl.get_or(|| 3));
+        on_fresh_thread(|| {
+            events(&MAP_LOOKUPS, || {
+                for _ in 0..5 {
+                    assert_eq!(rl.get_for(job.id()), Some(&3));
+                }
+            })
+        })
+    }
+    assert_eq!(
+        lookups::<Baseline>(),
+        5,
+        "Baseline served a delegated lookup from the cache"
+    );
+    assert_eq!(
+        lookups::<Epoch>(),
+        1,
+        "Epoch did not cache the delegated lookup"
+    );
+}
+
+/// A first touch sweeps only once the exits delivered reach max(16, len/2) (amortized O(1) per
+/// exit); `reclaim_exited` sweeps at once.
+fn first_touches_sweep_when_due<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let scoped = |r: &Rank| on_behalf_of(r.id(), || rl.with(|_| ()));
+    let live: Vec<Rank> = (0..100).map(|_| Rank::new()).collect();
+    live.iter().for_each(scoped);
+    let first_batch: Vec<Rank> = (0..40).map(|_| Rank::new()).collect();
+    first_batch.iter().for_each(scoped);
+    drop(first_batch); // 40 exits < 140 / 2
+    let touch = || {
+        let r = Rank::new();
+        on_behalf_of(r.id(), || rl.with(|_| ()));
+        r
+    };
+    let mut keep = Vec::new();
+    let sweeps = events(&SWEEPS, || keep.push(touch()));
+    assert_eq!(sweeps, 0, "a first touch swept before enough ranks exited");
+    assert_eq!(rl.len(), 141);
+    let second_batch: Vec<Rank> = (0..62).map(|_| Rank::new()).collect();
+    second_batch.iter().for_each(scoped);
+    drop(second_batch); // 102 exits >= 204 / 2 (the touch's own instance counted)
+    let sweeps = events(&SWEEPS, || keep.push(touch()));
+    assert_eq!(
+        sweeps, 1,
+        "the first touch after enough exits did not sweep"
+    );
+    assert_eq!(rl.len(), 102, "the sweep did not take the 102 exited ranks");
+    let sweeps = events(&SWEEPS, || assert_eq!(rl.reclaim_exited(), 0));
+    assert_eq!(sweeps, 0, "reclaim_exited swept with an empty inbox");
+    drop(keep.pop());
+    let sweeps = events(&SWEEPS, || assert_eq!(rl.reclaim_exited(), 1));
+    assert_eq!(sweeps, 1, "reclaim_exited did not sweep at once");
+    drop(live);
+}
+
+#[test]
+fn first_touches_sweep_when_due_epoch() {
+    first_touches_sweep_when_due::<Epoch>();
+}
+
+#[test]
+fn first_touches_sweep_when_due_baseline() {
+    first_touches_sweep_when_due::<Baseline>();
+}
+
+crate::rank_local! {
+    static SLOTTED: u64 = 5;
+}
+
+/// A `rank_local!` key's owner `get` is a read of its own thread-local slot after the first.
+#[test]
+fn a_keys_owner_get_is_served_by_its_slot() {
+    on_fresh_thread(|| {
+        let slow = events(&KEY_SLOW, || {
+            for _ in 0..10 {
+                assert_eq!(*SLOTTED.get(), 5);
+            }
+        });
+        assert_eq!(
+            slow, 1,
+            "the key's slot did not serve the owner's later gets"
+        );
+        let job = Rank::new();
+        let slow = events(&KEY_SLOW, || {
+            on_behalf_of(job.id(), || assert_eq!(*SLOTTED.get(), 5));
+            on_behalf_of(job.id(), || assert_eq!(*SLOTTED.get(), 5));
+        });
+        assert_eq!(slow, 2, "a delegate was served the owner's slot");
+    });
+}
