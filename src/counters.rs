@@ -20,6 +20,10 @@ std::thread_local! {
     pub(crate) static SWEEPS: Cell<u64> = const { Cell::new(0) };
     /// Slow paths of a `rank_local!` key's `get` (its slot missed).
     pub(crate) static KEY_SLOW: Cell<u64> = const { Cell::new(0) };
+    /// Locks of the process-wide live-rank registry (`identity`).
+    pub(crate) static LIVE_LOCKS: Cell<u64> = const { Cell::new(0) };
+    /// Entries a writer's full rescan examined (`trie::Reclaimer::collect_all`).
+    pub(crate) static RESCANNED: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Counts one event (unit tests only).

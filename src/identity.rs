@@ -23,7 +23,9 @@ use core::cell::Cell;
 use core::fmt;
 use std::collections::BTreeMap;
 
-use crate::primitive::{global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, Ordering};
+use crate::primitive::{
+    global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering,
+};
 
 /// A rank's identity: one per OS thread, unique for the life of the process and never reused,
 /// even after the thread exits (as PyTorch's `RecordFunction::currentThreadId()`).
@@ -162,7 +164,7 @@ impl Rank {
     #[must_use = "a Rank exits when dropped; dropping it at once makes an exited rank"]
     pub fn new() -> Rank {
         let id = fresh_id();
-        lock(&LIVE).insert(id, Watchers::NEW);
+        live_set().insert(id, Watchers::NEW);
         Rank {
             id: RankId::from_raw(id),
         }
@@ -323,10 +325,16 @@ impl Watchers {
     }
 }
 
+/// Locks the live registry (every lock of it goes through here, so tests can count them).
+fn live_set() -> MutexGuard<'static, BTreeMap<u64, Watchers>> {
+    crate::counters::bump!(LIVE_LOCKS);
+    lock(&LIVE)
+}
+
 /// Delivers `rank`'s exit to `inbox` when it happens — at once if `rank` has exited already (or,
 /// under loom, is a thread rank: thread liveness is not tracked there).
 pub(crate) fn watch_exit(rank: u64, inbox: &Arc<Inbox>) {
-    let mut live = lock(&LIVE);
+    let mut live = live_set();
     match live.get_mut(&rank) {
         Some(w) => w.add(inbox),
         None => {
@@ -413,7 +421,7 @@ pub(crate) fn restore_current(prev: u64) {
 /// Makes rank `id` exited: the one place a rank stops being live, for a thread (its exit hook) and
 /// for a [`Rank`] (its drop) alike; delivers the exit to every inbox that asked for it. Idempotent.
 fn exit(id: u64) {
-    let watchers = lock(&LIVE).remove(&id);
+    let watchers = live_set().remove(&id);
     // Delivered after `LIVE` is released: an inbox has its own lock, so `LIVE` is held for
     // O(log live) whatever the number of watchers.
     for inbox in watchers.into_iter().flat_map(|w| w.inboxes) {
@@ -457,7 +465,7 @@ fn register_live(_id: u64) {}
 
 #[cfg(not(loom))]
 fn register_live(id: u64) {
-    lock(&LIVE).insert(id, Watchers::NEW);
+    live_set().insert(id, Watchers::NEW);
     // A thread that gets its id while it is already being torn down cannot register a hook any
     // more: take it back out of LIVE right away, so it counts as exited (it is exiting).
     if EXIT_HOOK.try_with(|h| h.set(Some(ExitHook(id)))).is_err() {
@@ -473,7 +481,7 @@ fn register_live(id: u64) {
 pub(crate) fn retain_exited(ranks: &mut Vec<u64>) {
     let mut out = Vec::with_capacity(ranks.len());
     for chunk in ranks.chunks(64) {
-        let live = lock(&LIVE);
+        let live = live_set();
         out.extend(chunk.iter().copied().filter(|r| !live.contains_key(r)));
     }
     *ranks = out;

@@ -38,7 +38,10 @@ struct Garbage {
 
 /// The backlog (replaced versions plus replaced nodes) below which [`Reclaimer::collect`] never
 /// runs a full scan.
-const MIN_SCAN: usize = 64;
+pub(super) const MIN_SCAN: usize = 64;
+
+/// Versions behind the front the probe may pass per write.
+const PROBE_STEPS: usize = 8;
 
 /// The writer's bookkeeping: replaced versions that may still be read, and replaced nodes that
 /// may still be reachable from them. Only the (serialized) writer touches it (I16).
@@ -62,6 +65,9 @@ pub(crate) struct Reclaimer<H> {
     scratch: Scratch,
     /// The backlog at which the next full scan runs: twice what the last one left.
     scan_at: usize,
+    /// The next version the probe checks (an index into `versions`, at least 1): the versions
+    /// in `1..probe` were seen dead since the last full scan.
+    probe: usize,
 }
 
 // SAFETY: the node pointers are owned by the map's writer, which is serialized (I16); the nodes
@@ -82,6 +88,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         garbage: VecDeque::new(),
         scratch: Scratch::NEW,
         scan_at: MIN_SCAN,
+        probe: 1,
     };
 
     /// Begins building version `base_seq + 1` from `base`, the trie of the published version
@@ -109,6 +116,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         // The oldest versions, while they are dead (a dead version stays dead, I14).
         while self.versions.front().is_some_and(|(_, h)| h.is_dead()) {
             self.versions.pop_front();
+            self.probe = self.probe.saturating_sub(1).max(1);
         }
         // Every version older than the oldest one left was seen dead, and every node in front of
         // the queue dies first: a node replaced at `death` is in versions `birth..death`, all
@@ -125,11 +133,25 @@ impl<H: ReplacedVersion> Reclaimer<H> {
             unsafe { self.scratch.recycle(g.node) };
         }
         // A version held out of order (an iterator on an old version while later ones die)
-        // stops the front: rescan everything once the backlog has doubled since the last scan.
-        if self.versions.len() + self.garbage.len() >= self.scan_at {
+        // stops the front. Behind it, a probe walks a few versions per write in order; once it
+        // has seen as many dead ones as half the versions left, a rescan frees at least that
+        // many. And whatever the probe sees, everything is rescanned once the backlog has
+        // doubled since the last scan. Both pay for a rescan's O(backlog) with as much work
+        // done or freed.
+        for _ in 0..PROBE_STEPS {
+            match self.versions.get(self.probe) {
+                Some((_, h)) if h.is_dead() => self.probe += 1,
+                _ => break,
+            }
+        }
+        let dead_seen = self.probe - 1;
+        if self.versions.len() + self.garbage.len() >= self.scan_at
+            || (dead_seen > 0 && 2 * dead_seen >= self.versions.len())
+        {
             // SAFETY: forwarded (I13).
             unsafe { self.collect_all() };
             self.scan_at = (2 * (self.versions.len() + self.garbage.len())).max(MIN_SCAN);
+            self.probe = 1;
         }
         // A backlog grows the buffers; give the memory back once it has drained. Halving at a
         // quarter full keeps the cost amortized O(1) per retired node, and the heap follows the
@@ -148,6 +170,10 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     /// # Safety
     /// Every entry of `garbage` and `versions` was recorded by [`Write::retire`].
     pub(super) unsafe fn collect_all(&mut self) {
+        #[cfg(all(test, not(loom)))]
+        crate::counters::RESCANNED.with(|n| {
+            n.set(n.get() + (self.versions.len() + self.garbage.len()) as u64);
+        });
         self.versions.retain(|(_, h)| !h.is_dead());
         let versions = &self.versions;
         let scratch = &mut self.scratch;
@@ -174,6 +200,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     pub(crate) unsafe fn free_replaced(&mut self) {
         self.versions = VecDeque::new();
         self.scan_at = MIN_SCAN;
+        self.probe = 1;
         for g in std::mem::take(&mut self.garbage) {
             // SAFETY: exclusive access (I6); each garbage node is freed once (I13).
             unsafe { Node::free(g.node) };

@@ -345,3 +345,60 @@ fn a_drained_backlog_gives_its_buffers_back() {
     // SAFETY: the last version's nodes, only owner (I13).
     unsafe { t.free_nodes() };
 }
+
+/// Versions that cannot die (a pin held elsewhere keeps every version replaced after it alive)
+/// make the writer's backlog grow, not the work per write: over n writes the full rescans examine
+/// O(n) entries in all (each rescan waits for the backlog to double), where rescanning at every
+/// write examined O(n²). Then, one version held out of order keeps little behind it.
+#[test]
+fn a_held_pin_costs_linear_work_over_many_writes() {
+    let mut r: Reclaimer<Fake> = Reclaimer::NEW;
+    let mut t = Trie::EMPTY;
+    let f = FANOUT as u64;
+    let pinned = Rc::new(Cell::new(false)); // every version while "a pin is held elsewhere"
+    let held = Rc::new(Cell::new(false)); // version 1: never dies during the writes
+    let n = if cfg!(miri) { 400 } else { 10_000 };
+    let before = crate::counters::get(&crate::counters::RESCANNED);
+    for seq in 1..=n {
+        // SAFETY: the only writer; no node is freed while a version that has it is held (I12,
+        // I13, I16).
+        let mut w = unsafe { r.write(t, seq - 1) };
+        w.insert(f * f + seq % f, ptr(seq));
+        t = w.trie();
+        let old = match seq {
+            1 => None,
+            2 => Some(Fake(held.clone())),
+            _ => Some(Fake(pinned.clone())),
+        };
+        // SAFETY: version `seq` replaced version seq-1 (I14).
+        unsafe { w.retire(old) };
+    }
+    let examined = crate::counters::get(&crate::counters::RESCANNED) - before;
+    let pushed = n * (1 + u64::from(t.height())); // a version and its replaced path per write
+    assert!(
+        examined <= 4 * pushed,
+        "full rescans examined {examined} entries for {pushed} retired: not linear"
+    );
+    // the pin ends; version 1 stays held: within n/4 more writes only what it keeps is left
+    pinned.set(true);
+    for seq in n + 1..=n + n / 4 {
+        // SAFETY: as above (I12, I13, I16).
+        let mut w = unsafe { r.write(t, seq - 1) };
+        w.insert(f * f + seq % f, ptr(seq));
+        t = w.trie();
+        // SAFETY: as above (I14).
+        unsafe { w.retire(Some(Fake(Rc::new(Cell::new(true))))) };
+    }
+    // what the held version keeps: its own path, and at most about as much again
+    let (garbage, versions) = r.pending();
+    assert!(
+        versions + garbage <= 2 * super::reclaimer::MIN_SCAN,
+        "{garbage} nodes and {versions} versions kept behind one held version"
+    );
+    held.set(true);
+    // SAFETY: as recorded (I13).
+    unsafe { r.collect_all() };
+    assert_eq!(r.pending(), (0, 0));
+    // SAFETY: the last version's nodes, only owner (I13).
+    unsafe { t.free_nodes() };
+}
