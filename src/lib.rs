@@ -170,7 +170,7 @@
 //!   and a repeated lookup is a thread-local hit.
 //! - **A dense array indexed by rank id** (append-only): the strongest rival when ids are dense
 //!   and bounded, a bounds check and a load per lookup. The thread cache reaches the same order
-//!   of cost without needing dense, bounded ids; `papers/results.md` measures both.
+//!   of cost without needing dense, bounded ids; [`papers/results.md`][results] measures both.
 //!
 //! [results]: https://github.com/ranklocal/ranklocal/blob/main/papers/results.md
 //! [ranks-tests]: https://github.com/ranklocal/ranklocal/blob/main/tests/ranks.rs
