@@ -31,14 +31,22 @@ use crate::identity::{replace_current, restore_current, RankId};
 ///
 /// ```
 /// use ranklocal::{on_behalf_of, OnBehalfExt, RankId};
+/// use std::task::{Context, Poll, Waker};
+///
+/// // busy-polls to completion: fine here, as these futures never wait (use a runtime's)
+/// fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+///     let mut cx = Context::from_waker(Waker::noop());
+///     let mut fut = std::pin::pin!(fut);
+///     loop {
+///         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+///             return v;
+///         }
+///     }
+/// }
+///
 /// let rank = std::thread::spawn(RankId::this_thread).join().unwrap();
 /// let escaped = on_behalf_of(rank, || async { RankId::current() }); // built as `rank` ...
 /// let wrapped = async { RankId::current() }.on_behalf_of(rank);
-/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
-/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-/// #     let mut f = std::pin::pin!(f);
-/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v } }
-/// # }
 /// assert_eq!(block_on(escaped), RankId::this_thread()); // ... but runs as the poller
 /// assert_eq!(block_on(wrapped), rank);
 /// let spawned = on_behalf_of(rank, || std::thread::spawn(RankId::current).join().unwrap());
@@ -147,12 +155,19 @@ impl<F> Drop for Bound<F> {
 ///
 /// ```
 /// use ranklocal::{OnBehalfExt, RankId};
-/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
-/// #     let waker = std::task::Waker::noop();
-/// #     let mut cx = std::task::Context::from_waker(&waker);
-/// #     let mut f = std::pin::pin!(f);
-/// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v } }
-/// # }
+/// use std::task::{Context, Poll, Waker};
+///
+/// // busy-polls to completion: fine here, as these futures never wait (use a runtime's)
+/// fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+///     let mut cx = Context::from_waker(Waker::noop());
+///     let mut fut = std::pin::pin!(fut);
+///     loop {
+///         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+///             return v;
+///         }
+///     }
+/// }
+///
 /// let rank = RankId::current();
 /// let seen = std::thread::spawn(move || block_on(async { RankId::current() }.on_behalf_of(rank)))
 ///     .join()
@@ -165,11 +180,18 @@ pub trait OnBehalfExt: Future + Sized {
     /// ```
     /// use ranklocal::{OnBehalfExt, Rank, RankId, RankLocal};
     /// use std::sync::atomic::{AtomicU32, Ordering};
-    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    /// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    /// #     let mut f = std::pin::pin!(f);
-    /// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v } }
-    /// # }
+    /// use std::task::{Context, Poll, Waker};
+    ///
+    /// // busy-polls to completion: fine here, as these futures never wait (use a runtime's)
+    /// fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    ///     let mut cx = Context::from_waker(Waker::noop());
+    ///     let mut fut = std::pin::pin!(fut);
+    ///     loop {
+    ///         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+    ///             return v;
+    ///         }
+    ///     }
+    /// }
     ///
     /// static STEPS: RankLocal<AtomicU32> = RankLocal::new();
     ///
@@ -196,12 +218,19 @@ pub trait OnBehalfExt: Future + Sized {
     ///
     /// ```
     /// use ranklocal::{on_behalf_of, OnBehalfExt, RankId};
-    /// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    /// #     let waker = std::task::Waker::noop();
-    /// #     let mut cx = std::task::Context::from_waker(&waker);
-    /// #     let mut f = std::pin::pin!(f);
-    /// #     loop { if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v } }
-    /// # }
+    /// use std::task::{Context, Poll, Waker};
+    ///
+    /// // busy-polls to completion: fine here, as these futures never wait (use a runtime's)
+    /// fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    ///     let mut cx = Context::from_waker(Waker::noop());
+    ///     let mut fut = std::pin::pin!(fut);
+    ///     loop {
+    ///         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+    ///             return v;
+    ///         }
+    ///     }
+    /// }
+    ///
     /// let rank = std::thread::spawn(RankId::this_thread).join().unwrap();
     /// // the closure only *builds* the future; without `in_current_rank` it would be polled later,
     /// // outside the delegation, as this thread's own rank
@@ -224,7 +253,8 @@ pin_project_lite::pin_project! {
     /// inside [`on_behalf_of`]`(rank)`, as tracing's `Instrumented` does for spans), so a handle
     /// that deregisters itself from the rank's state on drop finds the rank's instance.
     ///
-    /// Covariant in `F` (it owns one `F`, like `Box<F>`; invariant I9).
+    /// Covariant in `F`, like `Box<F>` (it owns its one `F`): an `OnBehalfOf<F>` coerces to a
+    /// shorter lifetime wherever `F` does.
     #[must_use = "futures do nothing unless polled"]
     #[derive(Debug)]
     pub struct OnBehalfOf<F> {

@@ -10,8 +10,9 @@ use crate::rank_local::{Iter, RankLocal};
 /// A rank-local static declared with [`rank_local!`](crate::rank_local); use it like a
 /// `std::thread::LocalKey`, but with `'static` references and delegation.
 ///
-/// *Invariant* in `T`, like the [`RankLocal`] it holds (invariant I9): a
-/// `&'static RankLocalKey<&'static str>` cannot be used as a key of shorter-lived `&str`s.
+/// *Invariant* in `T`, like the [`RankLocal`] it holds: a `&'static RankLocalKey<&'static str>`
+/// cannot be used as a key of shorter-lived `&str`s (one could then store a `&str` that dies
+/// while the key still hands it out as `&'static str`).
 /// Only the expansion of [`rank_local!`](crate::rank_local) can build one.
 pub struct RankLocalKey<T: 'static> {
     // Only shared references and a `fn` pointer: the key itself has no interior mutability, so

@@ -9,11 +9,10 @@
 //! - Backends: [`Epoch`] (default; snapshots of a persistent radix trie, reclaimed through
 //!   crossbeam-epoch), [`ArcSwap`] (the same snapshots behind `arc-swap`; feature `arc-swap`) and
 //!   [`Baseline`] (the C++ `RwLock` + `HashMap` design, for comparison). Readers on
-//!   `Epoch`/`ArcSwap` never lock, never write a shared cache line and never allocate.
+//!   [`Epoch`]/[`ArcSwap`] never lock, never write a shared cache line and never allocate.
 //!
 //! ```
 //! use ranklocal::{on_behalf_of, RankId, RankLocal};
-//! use std::cell::RefCell;
 //! use std::sync::Mutex;
 //!
 //! // per-rank state shared between "forward" (the rank's thread) and "backward" (a worker)
@@ -91,7 +90,7 @@
 //!
 //! ¹ rayon rows follow from rayon's documented scheduling (pool threads; a thread waiting in
 //! `join` steals other jobs) and are not tested here (rayon is not a dependency); the std and
-//! tokio rows are tested in `tests/ranks.rs`.
+//! tokio rows are tested in the repository's [`tests/ranks.rs`][ranks-tests].
 //!
 //! ```
 //! use ranklocal::{on_behalf_of, OnBehalfExt, Rank, RankId, RankLocal};
@@ -133,7 +132,10 @@
 //!
 //! - **`std::thread_local!`**: one value per OS thread, dropped when the thread exits, reachable
 //!   from no other thread. `ranklocal`'s thread cache is a `thread_local!`; use the macro itself
-//!   when no other thread ever needs the value.
+//!   when no other thread ever needs the value. Porting: [`rank_local!`] takes the same
+//!   declarations (`const { }` initializers included) and its keys' `with` works the same way;
+//!   `Cell`/`RefCell` values become atomics/`Mutex`, whose methods replace the keys' `set`,
+//!   `take`, `replace` and `with_borrow_mut` (`X.with(|m| *m.lock().unwrap() = v)`).
 //! - **[`thread_local`]** (`ThreadLocal<T>`): one value per thread in a per-object table indexed
 //!   by a thread id. Ids are recycled: a value is *not* dropped when its thread exits (only by
 //!   `clear` or with the `ThreadLocal`), and a later thread that gets the same id inherits the
@@ -142,13 +144,19 @@
 //!   [#78](https://github.com/Amanieu/thread_local-rs/issues/78)/[#79](https://github.com/Amanieu/thread_local-rs/issues/79)).
 //!   Other threads reach the values only by iterating. `ranklocal` keys instances by a
 //!   [`RankId`] that is never reused, lets another thread act as a rank, and drops the instances
-//!   of exited ranks with `purge_exited`; its owner lookup costs about the same.
+//!   of exited ranks with `purge_exited`; its owner lookup costs about the same. Porting: its
+//!   `get` (an `Option`, never creating) is [`try_get`](RankLocal::try_get) here, where `get`
+//!   creates; `get_or`, `get_or_default`, `iter`, `iter_mut` and `clear` map one to one (the
+//!   iterators yield `(RankId, value)`); `RefCell` becomes `Mutex` and `Cell` an atomic, since
+//!   values must be `Sync`. The README's [migration section][migration] has the full mapping and
+//!   the compiler errors a mechanical port meets.
 //! - **C++ `c10d::RankLocal<T>`** (the original): a `thread_local` pointer cache in front of a
-//!   global `std::shared_mutex` + `unordered_map`. The cache is checked before the delegation
-//!   context, so a thread that touched its own instance returns it even while working for
-//!   another rank; entries are never freed; every delegated lookup takes the read lock, whose
-//!   shared reader count every reader writes; `T` is built under the exclusive lock. The
-//!   [`Baseline`] backend is that design, kept for comparison; `ranklocal` fixes all four.
+//!   global `std::shared_mutex` + `unordered_map`, with three flaws ([`design`] §2): the cache is
+//!   checked before the delegation context, so a thread that touched its own instance returns
+//!   it even while working for another rank; entries are never freed; and a global lock on
+//!   every delegated lookup — each takes the read lock, whose shared reader count every reader
+//!   writes, and `T` is built under the exclusive lock. The [`Baseline`] backend is that design,
+//!   kept for comparison; `ranklocal` fixes all three.
 //! - **[`arc-swap`]**: a general atomic `Arc`. Here it is an alternative snapshot backend
 //!   ([`ArcSwap`]), measured side by side with [`Epoch`]; its loads write a thread-local debt
 //!   slot, as an epoch pin writes a thread-local epoch.
@@ -162,9 +170,11 @@
 //!   and a repeated lookup is a thread-local hit.
 //! - **A dense array indexed by rank id** (append-only): the strongest rival when ids are dense
 //!   and bounded, a bounds check and a load per lookup. The thread cache reaches the same order
-//!   of cost without needing dense, bounded ids; `papers/results.md` measures both.
+//!   of cost without needing dense, bounded ids; [`papers/results.md`][results] measures both.
 //!
 //! [results]: https://github.com/ranklocal/ranklocal/blob/main/papers/results.md
+//! [ranks-tests]: https://github.com/ranklocal/ranklocal/blob/main/tests/ranks.rs
+//! [migration]: https://github.com/ranklocal/ranklocal#migrating-from-the-thread_local-crate-or-stds-thread_local
 //! [`thread_local`]: https://docs.rs/thread_local
 //! [`arc-swap`]: https://docs.rs/arc-swap
 //! [`left-right`]: https://docs.rs/left-right

@@ -12,7 +12,8 @@ use crate::primitive::{lock, Ordering};
 
 impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// Every `(rank, instance)`, from one consistent snapshot taken when called (ranks inserted
-    /// later are not seen). Order is unspecified (ascending rank on `Epoch` and `ArcSwap`). The
+    /// later are not seen). Order is unspecified (ascending rank on [`Epoch`](crate::Epoch) and
+    /// [`ArcSwap`]). The
     /// iterator keeps its own snapshot alive by a count, not by an epoch pin, so a long-lived
     /// iterator does not stop reclamation elsewhere in the process.
     ///
@@ -38,6 +39,14 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(seen, [(a.id(), a.id().as_u64() * 10), (b.id(), b.id().as_u64() * 10)]);
     /// assert!((&rl).into_iter().all(|(rank, v)| *v == rank.as_u64() * 10));
     /// ```
+    #[cfg_attr(
+        all(feature = "arc-swap", not(loom)),
+        doc = "[`ArcSwap`]: crate::ArcSwap"
+    )]
+    #[cfg_attr(
+        not(all(feature = "arc-swap", not(loom))),
+        doc = "[`ArcSwap`]: https://docs.rs/ranklocal/latest/ranklocal/struct.ArcSwap.html"
+    )]
     pub fn iter(&self) -> Iter<'_, T, B> {
         // Under the writer lock the map cannot change (I16) and holds no RECLAIMING instance
         // (I30): mark the snapshot's instances ESCAPED, then hand out the same snapshot (I31).
@@ -94,10 +103,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 ///
 /// *Covariant* in `T` (like `core::slice::Iter`): it only hands out `&'a T`s of instances that
 /// already exist and can insert nothing, so reading a `&'a &'static str` as a `&'a &'short str`
-/// is a plain subtyping of what it yields (I9). It borrows the `RankLocal` for `'a`.
+/// is a plain subtyping of what it yields. It borrows the `RankLocal` for `'a`.
 ///
 /// `Send` and `Sync` when `T: Sync` (it yields `&T`s, like `slice::Iter`): it holds a count on its
-/// snapshot, not an epoch pin (I15), and the count can be given up on any thread, so an `Iter`
+/// snapshot, not an epoch pin, and the count can be given up on any thread, so an `Iter`
 /// may be held across an `.await` in a task that moves between threads. It is fused: once it
 /// returns `None`, it keeps returning `None`.
 ///
@@ -141,7 +150,7 @@ impl<'a, T: 'a, B: Backend> FusedIterator for Iter<'a, T, B> {}
 /// Iterator over `(rank, &mut instance)`; see [`RankLocal::iter_mut`].
 ///
 /// *Invariant* in `T`, like `core::slice::IterMut`: it hands out `&mut T`, through which a
-/// shorter-lived value could be written (I9).
+/// shorter-lived value could be written.
 ///
 /// ```
 /// use ranklocal::{IterMut, RankLocal};
