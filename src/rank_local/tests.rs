@@ -5,7 +5,7 @@
 //! owner `get` is served by its slot.
 
 use crate::backend::{Backend, Baseline, Epoch};
-use crate::counters::{self, KEY_SLOW, MAP_LOOKUPS, PINS, SWEEPS};
+use crate::counters::{self, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, PINS, SWEEPS};
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
 
@@ -183,4 +183,41 @@ fn a_keys_owner_get_is_served_by_its_slot() {
         });
         assert_eq!(slow, 2, "a delegate was served the owner's slot");
     });
+}
+
+/// A sweep looks only at the ranks whose exits were delivered to it: it never takes the
+/// process-wide live-rank registry (which `Rank::new`, thread starts and exits elsewhere wait
+/// for), and it takes no longer for a bigger map. `purge_exited` asks about liveness a few dozen
+/// ranks per lock hold.
+fn sweeps_never_hold_the_live_registry<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let live: Vec<Rank> = (0..300).map(|_| Rank::new()).collect();
+    for r in &live {
+        on_behalf_of(r.id(), || rl.with(|_| ()));
+    }
+    let gone: Vec<Rank> = (0..20).map(|_| Rank::new()).collect();
+    for r in &gone {
+        on_behalf_of(r.id(), || rl.with(|_| ()));
+    }
+    drop(gone);
+    let locks = events(&LIVE_LOCKS, || assert_eq!(rl.reclaim_exited(), 20));
+    assert_eq!(locks, 0, "the sweep locked the live-rank registry");
+    let mut rl = rl;
+    let locks = events(&LIVE_LOCKS, || assert_eq!(rl.purge_exited(), 0));
+    assert_eq!(
+        locks,
+        300u64.div_ceil(64),
+        "purge_exited held the registry for more than 64 ranks"
+    );
+    drop(live);
+}
+
+#[test]
+fn sweeps_never_hold_the_live_registry_epoch() {
+    sweeps_never_hold_the_live_registry::<Epoch>();
+}
+
+#[test]
+fn sweeps_never_hold_the_live_registry_baseline() {
+    sweeps_never_hold_the_live_registry::<Baseline>();
 }
