@@ -462,6 +462,7 @@ struct Opts {
 }
 
 fn die(msg: &str) -> ! {
+    progress_done();
     eprintln!("peers: {msg}");
     std::process::exit(2);
 }
@@ -586,12 +587,31 @@ fn machine() -> String {
     format!("{cpu}, {cores} cores")
 }
 
-fn progress(msg: &str) {
-    eprint!("\r  {msg:<70}\r");
+/// Columns of the progress line: under 80, so that it never wraps on an 80-column terminal (a
+/// wrapped line cannot be rewritten in place and leaves a stale line behind each time).
+const PROGRESS_COLS: usize = 79;
+
+/// Whether progress is shown: only when stderr is a terminal (redirected, the `\r`-rewritten
+/// segments would pile up into one long line).
+fn progress_on() -> bool {
+    use std::io::IsTerminal;
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::io::stderr().is_terminal())
 }
 
+/// Rewrites the progress line with `msg`, truncated to [`PROGRESS_COLS`].
+fn progress(msg: &str) {
+    if progress_on() {
+        let line: String = format!("  {msg}").chars().take(PROGRESS_COLS).collect();
+        eprint!("\r{line:<PROGRESS_COLS$}\r");
+    }
+}
+
+/// Erases the progress line (before a table goes to stdout).
 fn progress_done() {
-    eprint!("\r{:<76}\r", "");
+    if progress_on() {
+        eprint!("\r{:<PROGRESS_COLS$}\r", "");
+    }
 }
 
 // ---- tables ----------------------------------------------------------------------------------

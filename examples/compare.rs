@@ -1,43 +1,58 @@
-//! The main job: a short side-by-side run of `ranklocal`'s backends and the reference points,
-//! printed as a table of ns/op with ratios, for 1 and 2 threads.
+//! The main job: `ranklocal`'s backends side by side with what a user would otherwise reach for
+//! (std `thread_local!`, the `thread_local` crate, locked `HashMap`s, a dense array), printed as
+//! tables of ns/op with ratios for 1 and 2 threads, each with a legend, and each goal the crate
+//! claims with whether this run met it. Every line of output fits in 80 columns; progress goes
+//! to stderr, and only when stderr is a terminal.
 //!
 //! ```text
-//! cargo run --release --example compare                 # ~20 s
+//! cargo run --release --example compare                 # ~40 s
+//! cargo run --release --example compare -- --quick      # a smoke run, ~10 s
 //! cargo run --release --example compare -- --help
 //! cargo run --release --example compare -- --json papers/results.json --svg papers/lookups.svg --svg-ranks papers/first_touch.svg
 //! ```
 //!
 //! All arms run in one process, one after another, over the same ranks and with the same hasher;
 //! on a noisy machine compare the ratios, not the absolute times.
+//!
+//! Wall time, measured on a shared 2-core VM with other jobs running (load 5-7): 37-41 s for the
+//! default run, 9-11 s for `--quick` (the release build not counted). Of the default run's
+//! time, ~28 s are the lookup tables (39 arms x 2 thread counts x `--ms 300`, plus set-up) and
+//! ~5 s making the 65,600 ranks that first touch needs; `--ms` scales the first part.
 
 #[path = "../benches/arms.rs"]
 mod arms;
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arms::{Arm, World};
 use ranklocal::{ArcSwap, Baseline, Epoch};
 
 const HELP: &str = "\
-compare: ranklocal's backends side by side with std thread_local!, the thread_local crate,
-RwLock/Mutex<HashMap> and a dense array (ns/op per thread; lower is better)
+compare: ranklocal's backends side by side with std thread_local!, the
+thread_local crate, RwLock/Mutex<HashMap> and a dense array (ns/op per thread;
+lower is better), and the goals the crate claims, each met or not in this run.
 
 USAGE: cargo run --release --example compare -- [OPTIONS]
 
 OPTIONS:
-  --ranks N        ranks looked up round-robin by the delegated arms   [default: 64]
-  --miss-ranks N   ranks for the cache-miss arms (> 64 defeats the cache) [default: 1024]
-  --threads LIST   comma-separated thread counts                      [default: 1,2]
+  --ranks N        ranks the delegated arms look up round-robin [default: 64]
+  --miss-ranks N   ranks for the cache-miss arms (well over what the thread
+                   cache holds: 64 sets of 4 entries)          [default: 1024]
+  --threads LIST   comma-separated thread counts                [default: 1,2]
   --ms N           measuring time per arm and thread count, in ms, split
-                   over 5 interleaved repeats (median and min shown)  [default: 300]
-  --quick          --ms 60, first touch up to 4096 ranks (a smoke run)
+                   over 5 repeats that take turns with the other arms
+                   (median and min shown)                       [default: 300]
+  --quick          --ms 60, first touch up to 4096 ranks, fewer rounds
+                   elsewhere (a smoke run)
   --json PATH      also write the results as JSON
   --svg PATH       also write a bar chart (log scale) of the lookup arms as SVG
-  --svg-ranks PATH also write a plot of first-touch cost vs existing ranks as SVG
+  --svg-ranks PATH also write a plot of first-touch cost vs existing ranks
+                   as SVG
   -h, --help       this text
 
-The baseline is the `Baseline` backend: PyTorch c10d's design ported to Rust (owner cached in a
+Progress is shown on stderr when it is a terminal. The baseline is the
+`Baseline` backend: PyTorch c10d's design ported to Rust (owner cached in a
 thread-local, every other lookup under the read lock of an RwLock<HashMap>).";
 
 struct Opts {
@@ -112,8 +127,148 @@ fn parse() -> Opts {
 }
 
 fn die(msg: &str) -> ! {
+    progress::clear();
     eprintln!("compare: {msg}");
     std::process::exit(2);
+}
+
+// ---- output: 80 columns, legends, goals, progress -------------------------------------------
+
+/// The widest line the output may have.
+const WIDTH: usize = 80;
+
+/// Word-wraps `text` to [`WIDTH`] columns (less 2, for prose): the first line starts with
+/// `first` (and a space, unless `first` is empty or ends with one), the others with `rest`.
+fn wrap(first: &str, rest: &str, text: &str) -> String {
+    let mut out = String::new();
+    let mut line = first.to_string();
+    let mut empty = first.is_empty() || first.ends_with(' ');
+    for word in text.split_whitespace() {
+        if !empty && line.chars().count() + 1 + word.chars().count() > WIDTH - 2 {
+            out.push_str(&line);
+            out.push('\n');
+            line = rest.to_string();
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.push_str(word);
+        empty = false;
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
+/// Prints `text` word-wrapped, with no indent.
+fn say(text: &str) {
+    print!("{}", wrap("", "", text));
+}
+
+/// Prints a legend: one `term  definition` entry per line, definitions aligned and wrapped.
+fn legend(entries: &[(&str, &str)]) {
+    let w = entries.iter().map(|e| e.0.len()).max().unwrap_or(0);
+    for (term, def) in entries {
+        print!(
+            "{}",
+            wrap(&format!("  {term:<w$} "), &" ".repeat(w + 3), def)
+        );
+    }
+}
+
+/// A goal the crate claims (README's Performance section, papers/results.md) and how this run
+/// did against it.
+struct Goal {
+    what: String,
+    met: bool,
+    /// The measured figure, e.g. "0.93x".
+    got: String,
+}
+
+impl Goal {
+    fn new(what: impl Into<String>, met: bool, got: impl Into<String>) -> Goal {
+        Goal {
+            what: what.into(),
+            met,
+            got: got.into(),
+        }
+    }
+
+    fn verdict(&self) -> &'static str {
+        if self.met {
+            "met"
+        } else {
+            "NOT met"
+        }
+    }
+
+    /// Prints the goal under the table that measured it.
+    fn print(&self) {
+        let text = format!("{}: {} ({})", self.what, self.verdict(), self.got);
+        print!("{}", wrap("goal: ", "      ", &text));
+    }
+}
+
+/// `speedup` (reference time / this time) as "2.40x faster" or "1.32x slower".
+fn faster(speedup: f64) -> String {
+    if speedup >= 1.0 {
+        format!("{speedup:.2}x faster")
+    } else {
+        format!("{:.2}x slower", 1.0 / speedup)
+    }
+}
+
+/// A time in ns in at most 6 columns.
+fn num(x: f64) -> String {
+    if x < 100.0 {
+        format!("{x:.2}")
+    } else if x < 10_000.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// One progress line on stderr, rewritten in place. Shown only when stderr is a terminal
+/// (redirected, the `\r`-rewritten segments would pile up into one long line), and kept within
+/// 79 columns so that it never wraps on an 80-column terminal (a wrapped line cannot be
+/// rewritten, and leaves a stale line behind each time).
+mod progress {
+    use std::io::{IsTerminal, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+
+    const COLS: usize = super::WIDTH - 1;
+
+    /// Whether a progress line is on screen (so `clear` has something to clear).
+    static SHOWN: AtomicBool = AtomicBool::new(false);
+
+    fn on() -> bool {
+        static ON: OnceLock<bool> = OnceLock::new();
+        *ON.get_or_init(|| std::io::stderr().is_terminal())
+    }
+
+    /// Replaces the progress line with `msg` (truncated to 79 columns).
+    pub fn show(msg: &str) {
+        if !on() {
+            return;
+        }
+        let msg: String = msg.chars().take(COLS).collect();
+        let mut e = std::io::stderr().lock();
+        let _ = write!(e, "\r{msg:<COLS$}\r");
+        let _ = e.flush();
+        SHOWN.store(true, Ordering::Relaxed);
+    }
+
+    /// Erases the progress line; call before printing to stdout.
+    pub fn clear() {
+        if on() && SHOWN.swap(false, Ordering::Relaxed) {
+            let mut e = std::io::stderr().lock();
+            let _ = write!(e, "\r{:COLS$}\r", "");
+            let _ = e.flush();
+        }
+    }
 }
 
 struct Row {
@@ -142,10 +297,12 @@ fn run_group(world: &World, arms: &[Arm], o: &Opts, rows: &mut Vec<Row>) {
         for rep in 1..=REPEATS {
             for (arm, per_arm) in arms.iter().zip(&mut samples) {
                 for ((team, t), per_t) in teams.iter().zip(&o.threads).zip(per_arm) {
-                    eprint!(
-                        "\r  {:<26} {:<34} {t} thread(s), repeat {rep}/{REPEATS}...   ",
-                        arm.group, arm.name
-                    );
+                    progress::show(&format!(
+                        "repeat {rep}/{REPEATS}, {}: {}: {}",
+                        threads_label(*t),
+                        arm.group,
+                        arm.name
+                    ));
                     per_t.push(team.run_for(arm.op, o.dur / REPEATS));
                 }
             }
@@ -165,58 +322,294 @@ fn run_group(world: &World, arms: &[Arm], o: &Opts, rows: &mut Vec<Row>) {
             });
         }
     });
-    eprint!("\r{:<100}\r", "");
+    progress::clear();
 }
 
-/// The arm each group's ratios are taken against.
-fn reference(group: &str) -> (&'static str, &'static str) {
-    match group {
-        "owner get" => ("std thread_local! (floor)", "x floor"),
-        "on_behalf_of enter+exit" => ("on_behalf_of", "x"),
-        "get_for, cache miss" => ("RankLocal<Baseline> (baseline)", "speedup"),
-        "owner with (scoped)" => ("RankLocal<Epoch>: get", "x get"),
-        "delegated with_for (scoped)" => ("RankLocal<Epoch>: get_for", "x get_for"),
-        _ => ("RankLocal<Baseline> (baseline)", "speedup"),
+/// The reference arm of most groups: the C++ design.
+const BASELINE_ARM: &str = "RankLocal<Baseline> (baseline)";
+
+/// Width of the arm column of the lookup tables (the longest arm name).
+const ARM_COLS: usize = 30;
+
+/// What a lookup group measures and how its ratio column is taken.
+struct GroupInfo {
+    /// What the group's arms do.
+    what: String,
+    /// The arm the ratios are taken against.
+    reference: &'static str,
+    /// The ratio column's heading.
+    label: &'static str,
+    /// The ratio column's definition, for the legend.
+    def: &'static str,
+    /// `true`: ratio = reference ns / arm ns (above 1: faster); `false`: arm ns / reference ns.
+    speedup: bool,
+}
+
+fn group_info(group: &str, o: &Opts) -> GroupInfo {
+    const SPEEDUP: &str = "the baseline's ns/op / this arm's (above 1: faster)";
+    let (what, reference, label, def, speedup) = match group {
+        "owner get" => (
+            "a thread reads its own instance: get() (the thread_local crate: \
+             get().unwrap(); the map: a read-locked lookup of the thread's own rank); \
+             \"in turn\": one thread cycling through four objects"
+                .to_string(),
+            "std thread_local! (floor)",
+            "x floor",
+            "this arm's ns/op / the floor's, the floor being a raw std \
+             thread_local! read of a pointer (above 1: slower)",
+            false,
+        ),
+        "delegated get" => (
+            format!(
+                "get() inside on_behalf_of(rank): a thread acting for one of {} ranks, \
+                 taken round-robin",
+                o.ranks
+            ),
+            BASELINE_ARM,
+            "speedup",
+            SPEEDUP,
+            true,
+        ),
+        "get_for" => (
+            format!(
+                "get_for(rank): another rank's instance by rank id, {} ranks \
+                 round-robin (a map: a locked lookup; the dense array: an array indexed \
+                 by rank id that never frees)",
+                o.ranks
+            ),
+            BASELINE_ARM,
+            "speedup",
+            SPEEDUP,
+            true,
+        ),
+        "on_behalf_of enter+exit" => (
+            "entering and leaving on_behalf_of(rank) around a closure that returns a \
+             constant"
+                .to_string(),
+            "on_behalf_of",
+            "",
+            "",
+            false,
+        ),
+        "owner with (scoped)" => (
+            "with(f): scoped access to the thread's own instance (freed when the rank \
+             exits), against get() on the same object"
+                .to_string(),
+            "RankLocal<Epoch>: get",
+            "x get",
+            "this arm's ns/op / that of \"RankLocal<Epoch>: get\" (above 1: slower)",
+            false,
+        ),
+        "delegated with_for (scoped)" => (
+            format!(
+                "with_for(rank, f): scoped access to another rank's instance ({} ranks \
+                 round-robin), which pins the epoch while f runs, against get_for",
+                o.ranks
+            ),
+            "RankLocal<Epoch>: get_for",
+            "x get_for",
+            "this arm's ns/op / that of \"RankLocal<Epoch>: get_for\" (above 1: \
+             slower)",
+            false,
+        ),
+        "iter (sum over ranks)" => (
+            format!(
+                "iter() over every instance ({} ranks' and the worker threads' own), \
+                 summing them; ns/op is per whole iteration",
+                o.ranks
+            ),
+            BASELINE_ARM,
+            "speedup",
+            SPEEDUP,
+            true,
+        ),
+        "get_for, cache miss" => (
+            format!(
+                "get_for(rank) over {} ranks in a scattered order, so that the thread \
+                 cache (64 sets of 4 entries) mostly misses and the lookup goes to the \
+                 map itself",
+                o.miss_ranks
+            ),
+            BASELINE_ARM,
+            "speedup",
+            SPEEDUP,
+            true,
+        ),
+        _ => (String::new(), BASELINE_ARM, "speedup", SPEEDUP, true),
+    };
+    GroupInfo {
+        what,
+        reference,
+        label,
+        def,
+        speedup,
     }
 }
 
-fn print_table(rows: &[Row], o: &Opts) {
+/// "1 thread", "2 threads".
+fn threads_label(t: usize) -> String {
+    format!("{t} thread{}", if t == 1 { "" } else { "s" })
+}
+
+/// The ratio of `arm` against `reference` in `group`, per thread count, as `GroupInfo::speedup`
+/// says; `None` if either row is missing.
+fn ratios(
+    rows: &[Row],
+    group: &str,
+    arm: &str,
+    reference: &str,
+    speedup: bool,
+) -> Option<Vec<f64>> {
+    let find = |a: &str| rows.iter().find(|r| r.group == group && r.arm == a);
+    let (r, rr) = (find(arm)?, find(reference)?);
+    Some(
+        r.ns.iter()
+            .zip(&rr.ns)
+            .map(|(a, b)| if speedup { b / a } else { a / b })
+            .collect(),
+    )
+}
+
+/// The goals a lookup group's table measures.
+fn group_goals(group: &str, rows: &[Row], o: &Opts) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    let Some(s) = ratios(rows, group, "RankLocal<Epoch>", BASELINE_ARM, true) else {
+        return goals;
+    };
+    let per_thread = |pick: &dyn Fn(usize) -> bool| -> String {
+        o.threads
+            .iter()
+            .zip(&s)
+            .filter(|(&t, _)| pick(t))
+            .map(|(&t, &x)| format!("{} at {}", faster(x), threads_label(t)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match group {
+        "delegated get" | "get_for" => {
+            let what = if group == "get_for" {
+                "get_for (thread-cache hit) faster than Baseline's"
+            } else {
+                "delegated get faster than Baseline's"
+            };
+            goals.push(Goal::new(
+                what,
+                s.iter().all(|&x| x > 1.0),
+                per_thread(&|_| true),
+            ));
+        }
+        "get_for, cache miss" => {
+            for (i, &t) in o.threads.iter().enumerate() {
+                if t == 1 {
+                    goals.push(Goal::new(
+                        "get_for on a cache miss no slower than Baseline's on 1 thread",
+                        s[i] >= 1.0,
+                        faster(s[i]),
+                    ));
+                }
+                if t == 2 {
+                    goals.push(Goal::new(
+                        "get_for on a cache miss at least 4x faster than Baseline's \
+                         on 2 threads",
+                        s[i] >= 4.0,
+                        faster(s[i]),
+                    ));
+                }
+            }
+        }
+        _ => {}
+    }
+    goals
+}
+
+/// Prints the lookup tables, each with its legend and the goals it measures; returns the goals.
+fn print_table(rows: &[Row], o: &Opts) -> Vec<Goal> {
+    let mut goals = Vec::new();
+    let ms = o.dur.as_millis();
+    println!("\nLOOKUPS");
+    say(&format!(
+        "Each arm runs {ms} ms per thread count, as {REPEATS} repeats of {} ms that take \
+         turns with the other arms of its table; with more than one thread, every thread runs \
+         the arm at the same time. In every lookup table:",
+        ms / u128::from(REPEATS)
+    ));
+    legend(&[
+        (
+            "arm",
+            "what is measured; baseline = RankLocal<Baseline>, the C++ design",
+        ),
+        (
+            "ns/op",
+            "median over the repeats of ns per operation per thread",
+        ),
+        ("min", "ns/op of the fastest repeat"),
+        (
+            "N thread(s)",
+            "the columns measured with N threads running the arm at once",
+        ),
+    ]);
     let mut groups: Vec<&str> = rows.iter().map(|r| r.group).collect();
     groups.dedup();
     for g in groups {
-        let (refname, label) = reference(g);
-        let refrow = rows.iter().find(|r| r.group == g && r.arm == refname);
+        let info = group_info(g, o);
+        let refrow = rows
+            .iter()
+            .find(|r| r.group == g && r.arm == info.reference);
         // a group holding only its reference arm would print a column of 1.00: no ratio column
-        let ratios = refrow.is_some() && rows.iter().any(|r| r.group == g && r.arm != refname);
-        print!("\n{g}\n  {:<34}", "arm");
-        for t in &o.threads {
-            print!(" {:>9} {:>7}", format!("{t}T ns/op"), "min");
-            if ratios {
-                print!(" {label:>8}");
-            }
+        let with_ratio = refrow.is_some()
+            && !info.label.is_empty()
+            && rows.iter().any(|r| r.group == g && r.arm != info.reference);
+        println!("\n{g}");
+        print!("{}", wrap("  ", "  ", &info.what));
+        if with_ratio {
+            print!("{}", wrap(&format!("  {} =", info.label), "    ", info.def));
         }
-        println!();
-        for r in rows.iter().filter(|r| r.group == g) {
-            print!("  {:<34}", r.arm);
-            for (i, ns) in r.ns.iter().enumerate() {
-                let min = r.min.get(i).map_or("-".into(), |m| format!("{m:.2}"));
-                print!(" {ns:>9.2} {min:>7}");
-                if !ratios {
-                    continue;
+        let rw = if with_ratio {
+            info.label.len().max(7) + 1
+        } else {
+            0
+        };
+        let block = 14 + rw;
+        // as many thread counts side by side as fit in WIDTH columns
+        let per_line = ((WIDTH - 2 - ARM_COLS) / block).max(1);
+        let idx: Vec<usize> = (0..o.threads.len()).collect();
+        for chunk in idx.chunks(per_line) {
+            let mut head = format!("  {:ARM_COLS$}", "");
+            for &i in chunk {
+                let _ = write!(head, " {:^w$}", threads_label(o.threads[i]), w = block - 1);
+            }
+            print!("{}\n  {:<ARM_COLS$}", head.trim_end(), "arm");
+            for _ in chunk {
+                print!(" {:>6} {:>6}", "ns/op", "min");
+                if with_ratio {
+                    print!(" {:>w$}", info.label, w = rw - 1);
                 }
-                let ratio = refrow.map(|rr| {
-                    if label == "speedup" {
-                        rr.ns[i] / ns
-                    } else {
-                        ns / rr.ns[i]
-                    }
-                });
-                let ratio = ratio.map_or("-".into(), |x| format!("{x:.2}"));
-                print!(" {ratio:>8}");
             }
             println!();
+            for r in rows.iter().filter(|r| r.group == g) {
+                print!("  {:<ARM_COLS$}", r.arm);
+                for &i in chunk {
+                    let min = r.min.get(i).map_or("-".into(), |&m| num(m));
+                    print!(" {:>6} {min:>6}", num(r.ns[i]));
+                    if with_ratio {
+                        let rr = refrow.expect("with_ratio implies a reference row");
+                        let x = if info.speedup {
+                            rr.ns[i] / r.ns[i]
+                        } else {
+                            r.ns[i] / rr.ns[i]
+                        };
+                        print!(" {:>w$}", format!("{x:.2}"), w = rw - 1);
+                    }
+                }
+                println!();
+            }
+        }
+        for goal in group_goals(g, rows, o) {
+            goal.print();
+            goals.push(goal);
         }
     }
+    goals
 }
 
 fn json_escape(s: &str) -> String {
@@ -362,7 +755,7 @@ fn write_svg(path: &str, rows: &[Row], o: &Opts) {
     eprintln!("wrote {path}");
 }
 
-// ---- first touch (issue 11): cost of one new rank vs ranks already present ----------------
+// ---- first touch: cost of one new rank vs ranks already present ---------------------------
 
 /// Existing-rank counts at which first touch is measured.
 const FIRST_TOUCH_RANKS: [usize; 6] = [64, 256, 1024, 4096, 16384, 65536];
@@ -382,22 +775,47 @@ fn first_touch_ranks(o: &Opts) -> Vec<usize> {
 /// [`first_touch_ranks`]. The backends take turns rep by rep, so allocator and cache state
 /// drifts hit them alike. Ranks are made cheaply: short-lived threads that only take an id and
 /// exit; the timed first touches are delegated (`on_behalf_of`), so thread creation is not timed.
-fn first_touch_section(o: &Opts) -> Vec<(String, usize, f64)> {
+/// Returns `(backend, existing ranks, ns per first touch)` for the JSON and the SVG, and the
+/// goals.
+fn first_touch_section(o: &Opts) -> (Vec<(String, usize, f64)>, Vec<Goal>) {
     let sizes = first_touch_ranks(o);
     let max = sizes.iter().copied().max().unwrap_or(0);
-    eprint!(
-        "\r  making {} ranks (threads that start and exit)...   ",
+    progress::show(&format!(
+        "first touch: making {} ranks (threads that start and exit)",
         max + 64
-    );
+    ));
     let pool = arms::spare_ranks_parallel(max + 64);
     let (fresh, existing) = pool.split_at(64);
     let mut inserts = Vec::new();
+    progress::clear();
+    println!("\nFIRST TOUCH");
+    say(&format!(
+        "One new rank's first get into a RankLocal that already holds N ranks: mean \
+         over 64 new ranks, repeated {} times, the backends taking turns.",
+        if o.quick { "2" } else { "3-16" }
+    ));
+    legend(&[
+        ("existing", "N, the ranks already present"),
+        (
+            "Epoch",
+            "ns per first touch on a RankLocal<_, Epoch> (the default)",
+        ),
+        ("ArcSwap", "the same on a RankLocal<_, ArcSwap>"),
+        (
+            "Baseline",
+            "the same on a RankLocal<_, Baseline> (the C++ design)",
+        ),
+        (
+            "Epoch/Base",
+            "Epoch's ns / Baseline's (above 1: Epoch is slower)",
+        ),
+    ]);
     println!(
-        "\nfirst touch (insert one new rank; mean over 64 new ranks x reps, backends interleaved)\n  {:<12} {:>10} {:>10} {:>10} {:>14}",
-        "existing", "epoch ns", "arc-swap", "baseline", "epoch/baseline"
+        "  {:<10} {:>9} {:>9} {:>9} {:>10}",
+        "existing", "Epoch", "ArcSwap", "Baseline", "Epoch/Base"
     );
     for n in sizes {
-        eprint!("\r  first touch at {n} ranks...                       ");
+        progress::show(&format!("first touch at {n} existing ranks"));
         // fewer reps where each rep first builds a big map
         let reps = match (o.quick, n) {
             (true, _) => 2,
@@ -412,15 +830,53 @@ fn first_touch_section(o: &Opts) -> Vec<(String, usize, f64)> {
             a += arms::insert_ns::<ArcSwap>(&existing[..n], fresh, 1) / reps as f64;
             b += arms::insert_ns::<Baseline>(&existing[..n], fresh, 1) / reps as f64;
         }
-        eprint!("\r{:<60}\r", "");
-        println!("  {n:<12} {e:>10.0} {a:>10.0} {b:>10.0} {:>14.2}", e / b);
+        progress::clear();
+        println!("  {n:<10} {e:>9.0} {a:>9.0} {b:>9.0} {:>10.2}", e / b);
         inserts.extend([
             ("epoch".to_string(), n, e),
             ("arc-swap".to_string(), n, a),
             ("baseline".to_string(), n, b),
         ]);
     }
-    inserts
+    let at = |backend: &str, n: usize| {
+        inserts
+            .iter()
+            .find(|i| i.0 == backend && i.1 == n)
+            .map(|i| i.2)
+    };
+    let ratio = |n: usize| Some(at("epoch", n)? / at("baseline", n)?);
+    let mut goals = Vec::new();
+    for n in [1024, 65536] {
+        if let Some(x) = ratio(n) {
+            goals.push(Goal::new(
+                format!("first touch within 3x Baseline's at {n} ranks"),
+                x <= 3.0,
+                format!("{x:.2}x"),
+            ));
+        }
+    }
+    if let (Some(lo), Some(hi)) = (at("epoch", 64), at("epoch", 65536)) {
+        goals.push(Goal::new(
+            "Epoch's first touch grows at most 3x from 64 to 65536 ranks",
+            hi / lo <= 3.0,
+            format!("{:.2}x", hi / lo),
+        ));
+    }
+    let worst = first_touch_ranks(o)
+        .into_iter()
+        .filter_map(|n| Some((ratio(n)?, n)))
+        .max_by(|x, y| x.0.total_cmp(&y.0));
+    if let Some((x, n)) = worst {
+        goals.push(Goal::new(
+            "(stretch) first touch within 2x Baseline's at every size",
+            x <= 2.0,
+            format!("worst {x:.2}x, at {n} ranks"),
+        ));
+    }
+    for g in &goals {
+        g.print();
+    }
+    (inserts, goals)
 }
 
 /// First-touch ns vs existing ranks, one line per backend, log-log axes.
@@ -512,17 +968,18 @@ fn write_ranks_svg(path: &str, inserts: &[(String, usize, f64)]) {
 
 fn main() {
     let o = parse();
-    println!("ranklocal compare — {}", machine());
-    println!(
-        "ns/op per thread (median of {REPEATS} repeats, arms taking turns; min = fastest repeat), {} ms per arm and thread count; ranks looked up round-robin: {} (cache-miss arms: {})",
-        o.dur.as_millis(),
-        o.ranks,
-        o.miss_ranks
+    let started = Instant::now();
+    print!("{}", wrap("ranklocal compare: ", "  ", &machine()));
+    say(
+        "ranklocal's backends (Epoch, the default; ArcSwap; Baseline, the C++ design: \
+         owner cached in a thread-local, every other lookup under an RwLock<HashMap>'s read \
+         lock) side by side with std thread_local!, the thread_local crate, locked HashMaps \
+         and a dense array, all in one process. Times move with the machine's load: compare \
+         the ratios within a table. Each goal the crate claims is printed under the table \
+         that measures it, with whether this run met it, and again at the end.",
     );
-    println!("baseline = RankLocal<Baseline>: the C++ design (owner cached, RwLock<HashMap> for the rest)");
-    println!("speedup = baseline ns / arm ns (higher is better); x floor = arm ns / raw thread_local! ns");
 
-    eprintln!("setting up {} + {} ranks...", o.ranks, o.miss_ranks);
+    progress::show(&format!("setting up {} + {} ranks", o.ranks, o.miss_ranks));
     let mut rows = Vec::new();
     let world = World::new(arms::spare_ranks(o.ranks));
     run_group(&world, &arms::lookup_arms(), &o, &mut rows);
@@ -531,14 +988,29 @@ fn main() {
     let miss_world = World::new(arms::spare_ranks(o.miss_ranks));
     run_group(&miss_world, &arms::miss_arms(), &o, &mut rows);
     drop(miss_world);
-    print_table(&rows, &o);
-    pairs_in_turn(&o);
-    owner_interleaved(&o);
-    scoped::run(o.dur);
+    let mut goals = print_table(&rows, &o);
+    goals.extend(pairs_in_turn(&o));
+    goals.extend(owner_interleaved(&o));
+    goals.extend(scoped::run(o.dur));
 
-    let inserts = first_touch_section(&o);
+    let (inserts, ft_goals) = first_touch_section(&o);
+    goals.extend(ft_goals);
 
     propagation::run(o.dur);
+
+    let met = goals.iter().filter(|g| g.met).count();
+    println!("\nGOALS ({met} of {} met in this run)", goals.len());
+    for g in &goals {
+        print!(
+            "{}",
+            wrap(
+                &format!("  {:<8}", g.verdict()),
+                &" ".repeat(10),
+                &format!("{} ({})", g.what, g.got)
+            )
+        );
+    }
+    println!("\nrun took {:.0} s", started.elapsed().as_secs_f64());
 
     if let Some(p) = &o.json {
         write_json(p, &rows, &inserts, &o);
@@ -553,7 +1025,7 @@ fn main() {
 
 /// Carrying the rank into other work: the overhead of `RankId::bind` (vs a direct call and vs
 /// `on_behalf_of`) and of `in_current_rank` (vs the bare future and vs `.on_behalf_of(rank)`);
-/// "x plain" is the ratio to the direct call / bare future.
+/// "x plain" is the ratio to the direct call / bare future, "x on_behalf_of" to `on_behalf_of`.
 /// Its own section with its own table: one thread (the cost is thread-local; nothing is shared),
 /// the arms interleaved round by round, the fastest round of each reported.
 mod propagation {
@@ -644,6 +1116,7 @@ mod propagation {
     ];
 
     pub fn run(dur: Duration) {
+        super::progress::show("carrying the rank: bind, in_current_rank");
         let rank = Rank::new();
         let r = rank.id();
         let batch = 10_000u64;
@@ -665,9 +1138,24 @@ mod propagation {
                 rounds += 1;
             }
         });
-        println!(
-            "\ncarrying the rank (1 thread, fastest of {rounds} interleaved rounds of {batch} ops per arm)"
-        );
+        super::progress::clear();
+        println!("\nCARRYING THE RANK");
+        super::say(&format!(
+            "The cost of running work as a rank: a closure through on_behalf_of or bind, a \
+             future through on_behalf_of or in_current_rank (1 thread; the work reads the \
+             current rank). ns/op is the fastest of {rounds} rounds of {batch} operations, \
+             the arms taking turns."
+        ));
+        super::legend(&[
+            (
+                "x plain",
+                "ns/op / that of the direct call (or of the bare future)",
+            ),
+            (
+                "x on_behalf_of",
+                "ns/op / that of on_behalf_of(rank, f) (or of fut.on_behalf_of(rank))",
+            ),
+        ]);
         let mut group = "";
         let (mut base, mut obo) = (0.0, 0.0);
         for (i, (g, arm, _)) in ARMS.iter().enumerate() {
@@ -676,12 +1164,12 @@ mod propagation {
                 base = best[i];
                 obo = best[i + 1];
                 println!(
-                    "{g}\n  {:<34} {:>9} {:>10} {:>14}",
+                    "{g}\n  {:<34} {:>9} {:>9} {:>14}",
                     "arm", "ns/op", "x plain", "x on_behalf_of"
                 );
             }
             println!(
-                "  {arm:<34} {:>9.2} {:>10.2} {:>14.2}",
+                "  {arm:<34} {:>9.2} {:>9.2} {:>14.2}",
                 best[i],
                 best[i] / base,
                 best[i] / obo
@@ -691,7 +1179,7 @@ mod propagation {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Several RankLocals on one thread: every pair used in turn (issue 10, item 6).
+// Several RankLocals on one thread: every pair used in turn.
 // Kept in its own section so other additions to this example merge cleanly.
 // ---------------------------------------------------------------------------------------------
 
@@ -717,12 +1205,14 @@ fn in_turn_ns(rls: &[ranklocal::RankLocal<u64>], group: &[usize], n: u64) -> f64
 /// Times every pair (and selected quadruples) of `PAIR_OBJECTS` live `RankLocal<u64>`s used in
 /// turn by one fresh thread; prints the median and the worst. The objects draw their uids in
 /// creation order, from consecutive counter values (nothing else draws uids meanwhile), so the
-/// pairs `(i, i + 64)` are exactly those whose uids collided under the old direct-mapped index
-/// `(rank ^ uid) & 63`, and `(i, i + 16, i + 32, i + 48)` share a set of a 16-set cache.
-fn pairs_in_turn(o: &Opts) {
+/// pairs `(i, i + 64)` are exactly those whose uids collide in a direct-mapped 64-entry cache
+/// indexed by `(rank ^ uid) & 63` (as the crate's cache was before it became set-associative),
+/// and `(i, i + 16, i + 32, i + 48)` share a set of a 16-set cache.
+fn pairs_in_turn(o: &Opts) -> Vec<Goal> {
     let quick = o.dur < Duration::from_millis(100);
     let (n, rounds) = if quick { (1_000, 3) } else { (4_000, 5) };
-    let report = std::thread::spawn(move || {
+    progress::show("several RankLocals on one thread: every pair in turn");
+    let (rows, pairs, slow) = std::thread::spawn(move || {
         let rls: Vec<ranklocal::RankLocal<u64>> = (0..PAIR_OBJECTS)
             .map(|_| ranklocal::RankLocal::new())
             .collect();
@@ -760,49 +1250,68 @@ fn pairs_in_turn(o: &Opts) {
             (v.len(), median, worst, wg.clone())
         };
         let rows = [
-            ("every pair", summary(0..pairs, &|_| true)),
-            (
-                "pairs colliding under the old index (i, i+64)",
-                summary(0..pairs, &|g| g[1] - g[0] == 64),
-            ),
-            ("4 in turn (i, i+16, i+32, i+48)", {
+            ("every pair (i, j)", summary(0..pairs, &|_| true)),
+            ("pairs (i, i+64)", summary(0..pairs, &|g| g[1] - g[0] == 64)),
+            ("fours (i, i+16, i+32, i+48)", {
                 summary(pairs..groups.len(), &|g| g[1] - g[0] == 16)
             }),
-            ("4 in turn (i, i+32, i+64, i+96)", {
+            ("fours (i, i+32, i+64, i+96)", {
                 summary(pairs..groups.len(), &|g| g[1] - g[0] == 32)
             }),
         ];
-        let mut out = format!(
-            "\nseveral RankLocals on one thread: {PAIR_OBJECTS} live RankLocal<u64>, each group used in turn, \
-             ns/get (best of {rounds} x {n} rounds per group)\n  {:<46} {:>6} {:>9} {:>9} {:>8}  worst group\n",
-            "groups", "count", "median", "worst", "w/median"
-        );
-        for (name, (count, median, worst, wg)) in &rows {
-            let _ = writeln!(
-                out,
-                "  {name:<46} {count:>6} {median:>9.2} {worst:>9.2} {:>8.2}  {wg:?}",
-                worst / median
-            );
-        }
         let overall_median = rows[0].1 .1;
         let slow = best[..pairs]
             .iter()
             .filter(|&&x| x > 2.0 * overall_median)
             .count();
-        let _ = writeln!(
-            out,
-            "  pairs slower than 2x the median pair: {slow} of {pairs} (goal: worst <= 2x median)"
+        (rows, pairs, slow)
+    })
+    .join()
+    .expect("pair section panicked");
+    progress::clear();
+    println!("\nSEVERAL RANKLOCALS ON ONE THREAD");
+    say(&format!(
+        "{PAIR_OBJECTS} live RankLocal<u64>s, numbered i = 0..{PAIR_OBJECTS} in creation \
+         order; one thread gets from each group of them in turn (a pair: a, b, a, b, ...), \
+         best of {rounds} rounds of {n} gets per object. Groups a power of two apart are \
+         those a cache indexed by the objects' low bits would put in one place: (i, i+64) \
+         collide in a 64-entry direct-mapped cache, the fours share a set of a cache with 16 \
+         or 32 sets."
+    ));
+    legend(&[
+        ("count", "how many groups of that kind were timed"),
+        ("median", "ns per get of the median group"),
+        ("worst", "ns per get of the slowest group"),
+        ("worst/med", "worst / median"),
+        ("worst group", "the slowest group's objects (their i)"),
+    ]);
+    println!(
+        "  {:<27} {:>5} {:>6} {:>6} {:>9}  worst group",
+        "groups", "count", "median", "worst", "worst/med"
+    );
+    for (name, (count, median, worst, wg)) in &rows {
+        println!(
+            "  {name:<27} {count:>5} {:>6} {:>6} {:>9.2}  {wg:?}",
+            num(*median),
+            num(*worst),
+            worst / median
         );
-        out
-    });
-    print!("{}", report.join().expect("pair section panicked"));
+    }
+    let (_, median, worst, _) = &rows[0].1;
+    let goal = Goal::new(
+        "the worst pair within 2x the median pair",
+        worst / median <= 2.0,
+        format!("{:.2}x; {slow} of {pairs} pairs over 2x", worst / median),
+    );
+    goal.print();
+    vec![goal]
 }
 
 /// Owner `get` of the object form against the `thread_local` crate's `get`, measured in short
 /// alternating rounds on one fresh thread, so that both see the same machine load; reports the
-/// best and the median round of each. (The "owner get" table above times each arm once, for
-/// longer, one after the other.)
-fn owner_interleaved(o: &Opts) {
+/// best and the median round of each. (The "owner get" table above times each arm for longer,
+/// the arms taking turns repeat by repeat.)
+fn owner_interleaved(o: &Opts) -> Vec<Goal> {
     use std::hint::black_box;
     let quick = o.dur < Duration::from_millis(100);
     let (n, rounds) = if quick {
@@ -810,7 +1319,8 @@ fn owner_interleaved(o: &Opts) {
     } else {
         (5_000u64, 2_001)
     };
-    let out = std::thread::spawn(move || {
+    progress::show("owner get against the thread_local crate, alternating rounds");
+    let (t_rl, t_tl, paired) = std::thread::spawn(move || {
         let rl = ranklocal::RankLocal::<u64, Epoch>::new();
         let tl = thread_local::ThreadLocal::<u64>::new();
         rl.get_or(|| 1);
@@ -838,34 +1348,68 @@ fn owner_interleaved(o: &Opts) {
         for v in [&mut t_rl, &mut t_tl, &mut paired] {
             v.sort_by(f64::total_cmp);
         }
-        let (m_rl, m_tl) = (t_rl[rounds / 2], t_tl[rounds / 2]);
-        let (q1, q2, q3) = (
-            paired[rounds / 4],
-            paired[rounds / 2],
-            paired[3 * rounds / 4],
-        );
-        format!(
-            "\nowner get, object form vs thread_local crate: {rounds} alternating rounds of {n} gets, ns/get\n  \
-             {:<34} {:>9} {:>9}\n  {:<34} {:>9.3} {:>9.3}\n  {:<34} {:>9.3} {:>9.3}\n  {:<34} {:>9.3} {:>9.3}\n  \
-             ratio per round (adjacent rounds): median {q2:.3}, quartiles {q1:.3}-{q3:.3}  (goal <= 1.0)\n",
-            "arm", "best", "median",
-            "thread_local crate", t_tl[0], m_tl,
-            "RankLocal<Epoch> (object form)", t_rl[0], m_rl,
-            "ratio of best, of median", t_rl[0] / t_tl[0], m_rl / m_tl
-        )
-    });
-    print!("{}", out.join().expect("owner section panicked"));
+        (t_rl, t_tl, paired)
+    })
+    .join()
+    .expect("owner section panicked");
+    let (m_rl, m_tl) = (t_rl[rounds / 2], t_tl[rounds / 2]);
+    let (q1, q2, q3) = (
+        paired[rounds / 4],
+        paired[rounds / 2],
+        paired[3 * rounds / 4],
+    );
+    progress::clear();
+    println!("\nOWNER GET AGAINST THE THREAD_LOCAL CRATE");
+    say(&format!(
+        "One thread alternates a round of {n} gets on a thread_local::ThreadLocal<u64> \
+         with a round of {n} gets on a RankLocal<u64> (Epoch), {rounds} rounds each, so that \
+         both see the same load."
+    ));
+    legend(&[
+        ("best", "ns per get in the fastest round"),
+        ("median", "ns per get in the median round"),
+        (
+            "ratio",
+            "per round: RankLocal's ns / the thread_local crate's in the round next to \
+             it; median and quartiles over the rounds",
+        ),
+    ]);
+    println!("  {:<34} {:>9} {:>9}", "arm", "best", "median");
+    println!(
+        "  {:<34} {:>9.3} {:>9.3}",
+        "thread_local crate", t_tl[0], m_tl
+    );
+    println!(
+        "  {:<34} {:>9.3} {:>9.3}",
+        "RankLocal<Epoch>", t_rl[0], m_rl
+    );
+    println!(
+        "  {:<34} {:>9.3} {:>9.3}",
+        "RankLocal / thread_local",
+        t_rl[0] / t_tl[0],
+        m_rl / m_tl
+    );
+    println!("  ratio: median {q2:.3}, quartiles {q1:.3} to {q3:.3}");
+    let goal = Goal::new(
+        "owner get no slower than the thread_local crate's",
+        q2 <= 1.0,
+        format!("median ratio {q2:.2}x"),
+    );
+    goal.print();
+    vec![goal]
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scoped access (issue 12): the owner's `with` vs `get`, a delegate's `with_for` vs `get_for`
-// on a thread-cache hit. Its own section so other additions to this example merge cleanly.
+// Scoped access: the owner's `with` vs `get`, a delegate's `with_for` vs `get_for` on a
+// thread-cache hit. Its own section so other additions to this example merge cleanly.
 // ---------------------------------------------------------------------------------------------
 mod scoped {
     use std::hint::black_box;
     use std::time::{Duration, Instant};
 
     use ranklocal::{Rank, RankId, RankLocal};
+
+    use super::Goal;
 
     /// ns per call of `f`, the fastest of `rounds` rounds of about `dur / rounds` each.
     fn best_ns(rounds: u32, per_round: u64, mut f: impl FnMut()) -> f64 {
@@ -880,7 +1424,8 @@ mod scoped {
         best
     }
 
-    pub fn run(dur: Duration) {
+    pub fn run(dur: Duration) -> Vec<Goal> {
+        super::progress::show("scoped access: with and with_for");
         static RL: RankLocal<u64> = RankLocal::new();
         let job = Rank::new();
         let other: RankId = job.id();
@@ -916,25 +1461,47 @@ mod scoped {
                 black_box(black_box(&TWIN).get_for(black_box(other)).copied());
             }));
         }
-        println!();
-        println!("scoped access (issue 12), one thread, fastest of {rounds} interleaved rounds, ns/op (epoch):");
-        println!("  owner get                    {:>7.2}", t[0]);
-        println!(
-            "  owner with                   {:>7.2}   {:.2}x get",
-            t[1],
-            t[1] / t[0]
-        );
-        println!(
-            "  owner with_for(own rank)     {:>7.2}   {:.2}x get",
-            t[2],
-            t[2] / t[0]
-        );
-        println!("  delegate get_for (cache hit) {:>7.2}", t[4]);
-        println!(
-            "  delegate with_for (pin+hit)  {:>7.2}   {:.2}x get_for",
-            t[3],
-            t[3] / t[4]
-        );
         drop(job);
+        super::progress::clear();
+        println!("\nSCOPED ACCESS ON A STATIC");
+        super::say(&format!(
+            "A static RankLocal<u64> (Epoch) on one thread: the owner's with against its get, \
+             a delegate's with_for (another rank's instance, a thread-cache hit) against \
+             get_for. ns/op is the fastest of {rounds} rounds of {per_round} calls, the arms \
+             taking turns."
+        ));
+        super::legend(&[
+            ("ratio", "ns/op / the ns/op of the arm named in \"against\""),
+            (
+                "against",
+                "the arm the ratio is taken against: the same access, unscoped",
+            ),
+        ]);
+        println!("  {:<30} {:>7} {:>7}  against", "arm", "ns/op", "ratio");
+        let line = |arm: &str, ns: f64, base: Option<(f64, &str)>| match base {
+            Some((b, name)) => println!("  {arm:<30} {ns:>7.2} {:>7.2}  {name}", ns / b),
+            None => println!("  {arm:<30} {ns:>7.2}"),
+        };
+        line("owner get", t[0], None);
+        line("owner with", t[1], Some((t[0], "owner get")));
+        line("owner with_for(own rank)", t[2], Some((t[0], "owner get")));
+        line("delegate get_for (cache hit)", t[4], None);
+        line(
+            "delegate with_for (pin + hit)",
+            t[3],
+            Some((t[4], "delegate get_for")),
+        );
+        let goal = Goal::new(
+            "owner with within 1.2x owner get",
+            t[1] / t[0] <= 1.2,
+            format!("{:.2}x", t[1] / t[0]),
+        );
+        goal.print();
+        super::say(
+            "(Sub-nanosecond ratios follow code layout as much as the code: the \"owner \
+             with\" lookup table times the same calls at other ratios. bash \
+             papers/callgrind.sh counts the instructions of each path.)",
+        );
+        vec![goal]
     }
 }
