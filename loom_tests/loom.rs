@@ -154,7 +154,7 @@ fn first_touch_same_rank_owner_and_delegate<B: Backend>() {
 fn m1_first_touch_same_rank_owner_and_delegate_epoch() {
     model(
         "m1 first touch, owner + delegate (epoch)",
-        10000,
+        8_600,
         0b11,
         first_touch_same_rank_owner_and_delegate::<Epoch>,
     );
@@ -197,7 +197,7 @@ fn publish_while_reading<B: Backend>() {
 fn m2_publish_while_reading_epoch() {
     model(
         "m2 publish while reading (epoch)",
-        2000,
+        270,
         0b11,
         publish_while_reading::<Epoch>,
     );
@@ -224,7 +224,7 @@ fn two_writers_different_ranks<B: Backend>() {
 fn m3_two_writers_different_ranks_epoch() {
     model(
         "m3 two writers, different ranks (epoch)",
-        20000,
+        540,
         0,
         two_writers_different_ranks::<Epoch>,
     );
@@ -264,7 +264,7 @@ fn delegation_after_caching_own<B: Backend>() {
 fn m4_delegation_after_caching_own_epoch() {
     model(
         "m4 delegation after caching own (epoch)",
-        20000,
+        3_300,
         0b11,
         delegation_after_caching_own::<Epoch>,
     );
@@ -346,7 +346,7 @@ fn drop_after_cached_then_rebuild<B: Backend>() {
 fn m6_drop_after_cached_then_rebuild_epoch() {
     model(
         "m6 drop after cached, rebuild (epoch)",
-        20000,
+        128,
         0,
         drop_after_cached_then_rebuild::<Epoch>,
     );
@@ -357,7 +357,7 @@ fn m6_drop_after_cached_then_rebuild_epoch() {
 fn m7a_first_touch_same_rank_owner_and_delegate_baseline() {
     model(
         "m7a first touch, owner + delegate (baseline)",
-        12,
+        10,
         0b11,
         first_touch_same_rank_owner_and_delegate::<Baseline>,
     );
@@ -377,7 +377,7 @@ fn m7b_publish_while_reading_baseline() {
 fn m7c_two_writers_different_ranks_baseline() {
     model(
         "m7c two writers, different ranks (baseline)",
-        60,
+        29,
         0,
         two_writers_different_ranks::<Baseline>,
     );
@@ -387,7 +387,7 @@ fn m7c_two_writers_different_ranks_baseline() {
 fn m7d_delegation_after_caching_own_baseline() {
     model(
         "m7d delegation after caching own (baseline)",
-        60,
+        31,
         0b11,
         delegation_after_caching_own::<Baseline>,
     );
@@ -449,7 +449,7 @@ fn two_writers_and_a_reader_mid_descent<B: Backend>() {
 fn m8_two_writers_and_a_reader_mid_descent_epoch() {
     model(
         "m8 two writers + reader mid-descent (epoch)",
-        10000,
+        210,
         0,
         two_writers_and_a_reader_mid_descent::<Epoch>,
     );
@@ -484,7 +484,7 @@ fn replaced_nodes_are_retired_after_readers<B: Backend>() {
 fn m9_replaced_nodes_are_retired_after_readers_epoch() {
     model(
         "m9 replaced nodes retired after readers (epoch)",
-        2000,
+        640,
         0b11,
         replaced_nodes_are_retired_after_readers::<Epoch>,
     );
@@ -532,7 +532,7 @@ fn held_iterator_across_publishes<B: Backend>() {
 fn m10_held_iterator_across_publishes_epoch() {
     model(
         "m10 held iterator across publishes (epoch)",
-        450,
+        150,
         0b11,
         held_iterator_across_publishes::<Epoch>,
     );
@@ -587,7 +587,7 @@ fn rank_dropped_while_a_delegate_acts<B: Backend>() {
 fn m11_rank_dropped_while_a_delegate_acts_epoch() {
     model(
         "m11 Rank dropped while a delegate acts, purged (epoch)",
-        120,
+        80,
         0b11,
         rank_dropped_while_a_delegate_acts::<Epoch>,
     );
@@ -671,7 +671,7 @@ fn reclaim_while_scoped_reading<B: Backend>() {
 fn m13_reclaim_while_scoped_reading_epoch() {
     model(
         "m13 reclaim while a delegate reads scoped (epoch)",
-        100_000,
+        110_000,
         0b111,
         reclaim_while_scoped_reading::<Epoch>,
     );
@@ -681,7 +681,7 @@ fn m13_reclaim_while_scoped_reading_epoch() {
 fn m13b_reclaim_while_scoped_reading_baseline() {
     model(
         "m13b reclaim while a delegate reads scoped (baseline)",
-        25_000,
+        63_000,
         0b111,
         reclaim_while_scoped_reading::<Baseline>,
     );
@@ -722,7 +722,7 @@ fn reclaim_while_get_for<B: Backend>() {
 fn m13c_reclaim_while_get_for_epoch() {
     model(
         "m13c reclaim while a delegate get_for escapes (epoch)",
-        40_000, // 79,147 measured
+        43_000,
         0b11,
         reclaim_while_get_for::<Epoch>,
     );
@@ -732,7 +732,7 @@ fn m13c_reclaim_while_get_for_epoch() {
 fn m13d_reclaim_while_get_for_baseline() {
     model(
         "m13d reclaim while a delegate get_for escapes (baseline)",
-        9, // 18 measured: the reader only takes the read lock and touches the state
+        9,
         0b11,
         reclaim_while_get_for::<Baseline>,
     );
@@ -783,7 +783,7 @@ fn batched_reclaim_while_scoped_reading<B: Backend>() {
 fn m14_batched_reclaim_while_scoped_reading_epoch() {
     model(
         "m14 one-write batch reclaim while a delegate reads scoped (epoch)",
-        1,
+        177_000,
         0b111,
         batched_reclaim_while_scoped_reading::<Epoch>,
     );
@@ -793,7 +793,7 @@ fn m14_batched_reclaim_while_scoped_reading_epoch() {
 fn m14b_batched_reclaim_while_scoped_reading_baseline() {
     model(
         "m14b one-write batch reclaim while a delegate reads scoped (baseline)",
-        1,
+        90_000,
         0b111,
         batched_reclaim_while_scoped_reading::<Baseline>,
     );

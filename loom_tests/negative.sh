@@ -29,6 +29,7 @@ controls=(
   "C++ cache poisoning: own cache checked first#src/rank_local/mod.rs#s/if let Some(v) = self.cached(rank) {/if let Some(v) = self.cached(identity::own_raw()) {/#m4_delegation_after_caching_own_epoch#delegated get returned the cached own instance"
   "scoped instance dropped at once, not after the grace period#src/rank_local/reclaim.rs#s/let set = move || flag.store(true, Ordering::Release);/flag.store(true, Ordering::Release); let set = || ();/#m13_reclaim_while_scoped_reading_epoch#Causality violation"
   "no fresh uid before retiring (stale pinned cache entry)#src/rank_local/reclaim.rs#s/self.uid.store(fresh_uid(), Ordering::SeqCst);/let _ = fresh_uid;/#m13_reclaim_while_scoped_reading_epoch#unexpected object stored at reference\\|rt/object.rs"
+  "a batch unpublishes only its first rank, retires them all#src/backend/epoch.rs#s/let n = ranks.iter().filter(|\&\&r| w.remove(r).is_some()).count();/let n = ranks.iter().take(1).filter(|\&\&r| w.remove(r).is_some()).count();/#m14_batched_reclaim_while_scoped_reading_epoch#Causality violation\\|left: 1\\|rt\/object.rs"
   "init does not wait for another thread's claim#src/rank_local/init.rs#s/None => break,/_ => break,/#m7a_first_touch_same_rank_owner_and_delegate_baseline#init ran twice"
 )
 failed=0
