@@ -23,7 +23,7 @@ controls=(
   "epoch reference released at once, not after the grace period#src/backend/epoch.rs#s/unsafe { collector::retire(move || release(old), Flush::Batched) };/unsafe { release(old) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
   "epoch reference never released (version header leaked)#src/backend/epoch.rs#s/unsafe { collector::retire(move || release(old), Flush::Batched) };/let _ = old;/#m3_two_writers_different_ranks_epoch#leaked"
   "replaced node freed at once, not retired#src/trie/reclaimer.rs#s/r.garbage.push_back(Garbage { node, death });/unsafe { Node::free(node) };/#m9_replaced_nodes_are_retired_after_readers_epoch#Causality violation"
-  "replaced node never retired (leaked)#src/trie/mod.rs#s/                replaced.push(n);/                let _ = n;/#m9_replaced_nodes_are_retired_after_readers_epoch#leaked"
+  "replaced node never retired (leaked)#src/trie/mod.rs#s/                scratch.replaced.push(n);/                let _ = n;/#m9_replaced_nodes_are_retired_after_readers_epoch#leaked"
   "published node mutated in place (shared with a snapshot)#src/trie/mod.rs#s/Node::birth_of(n.cast()) } == seq => n.cast(),/Node::birth_of(n.cast()) } <= seq => n.cast(),/#m10_held_iterator_across_publishes_epoch#Causality violation\\|SIGSEGV"
   "iterator takes no count on its version#src/backend/epoch.rs#s/let before = refs.fetch_add(1, Ordering::Relaxed);/let before = 0usize; let _ = refs;/#m10_held_iterator_across_publishes_epoch#Causality violation\\|SIGSEGV"
   "C++ cache poisoning: own cache checked first#src/rank_local/mod.rs#s/if let Some(v) = self.cached(rank) {/if let Some(v) = self.cached(identity::own_raw()) {/#m4_delegation_after_caching_own_epoch#delegated get returned the cached own instance"
