@@ -29,7 +29,6 @@ common::backend_tests! {
     get_for_escapes_before_a_sweep,
     a_drop_run_by_a_sweep_may_reenter_the_same_rank_local,
     a_scoped_first_touch_of_an_exited_rank_outlives_f,
-    #[ignore = "use after free: run under Miri with --ignored"]
     a_scoped_first_touch_of_an_exited_rank_is_readable_after_a_sweep_inside_f,
     get_for_races_a_sweep,
     iter_races_scoped_inserts,
