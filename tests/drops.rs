@@ -152,6 +152,7 @@ fn assert_all_dropped_then_panicked(drops: &AtomicUsize, f: impl FnOnce()) {
 }
 
 /// `clear` drops every instance once although one `T::drop` panics.
+/// Found in review (issue 10, wrong results): failed before its fix.
 fn clear_keeps_dropping_after_a_panic<B: Backend>() {
     let drops = AtomicUsize::new(0);
     let mut rl = filled::<B>(&drops);
@@ -165,6 +166,7 @@ fn clear_keeps_dropping_after_a_panic<B: Backend>() {
 }
 
 /// `purge_exited` drops every instance once although one `T::drop` panics.
+/// Found in review (issue 10, wrong results): failed before its fix.
 fn purge_exited_keeps_dropping_after_a_panic<B: Backend>() {
     let drops = AtomicUsize::new(0);
     let mut rl = filled::<B>(&drops);
@@ -181,6 +183,7 @@ fn purge_exited_keeps_dropping_after_a_panic<B: Backend>() {
 }
 
 /// `drop` drops every instance once although one `T::drop` panics.
+/// Found in review (issue 10, wrong results): failed before its fix.
 fn drop_keeps_dropping_after_a_panic<B: Backend>() {
     let drops = AtomicUsize::new(0);
     let rl = filled::<B>(&drops);
@@ -188,6 +191,7 @@ fn drop_keeps_dropping_after_a_panic<B: Backend>() {
 }
 
 /// `into_iter` drops every instance once although one `T::drop` panics.
+/// Found in review (issue 10, wrong results): failed before its fix.
 fn into_iter_keeps_dropping_after_a_panic<B: Backend>() {
     let drops = AtomicUsize::new(0);
     let rl = filled::<B>(&drops);
@@ -241,6 +245,7 @@ fn a_panicking_drop_in_a_sweep_and_a_panic_in_f_leak_nothing<B: Backend>() {
 // review, issue 10: failed before its fix), and a bound closure drops its captures inside it.
 
 /// An `OnBehalfOf` cancelled while pending drops its future's state inside the rank.
+/// Found in review (issue 10, wrong results): failed before its fix.
 #[test]
 fn on_behalf_of_drops_a_polled_future_inside_the_rank() {
     let rank = exited_thread_rank();
@@ -269,6 +274,7 @@ fn on_behalf_of_drops_a_polled_future_inside_the_rank() {
 }
 
 /// An `OnBehalfOf` dropped before its first poll drops its future inside the rank.
+/// Found in review (issue 10, wrong results): failed before its fix.
 #[test]
 fn on_behalf_of_drops_an_unpolled_future_inside_the_rank() {
     let rank = exited_thread_rank();

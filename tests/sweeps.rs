@@ -189,6 +189,8 @@ fn a_delegates_cache_never_returns_a_reclaimed_instance<B: Backend>() {
 
 /// A `Rank` dropped inside its own `with` (pinned path), then a sweep inside `f`: the instance
 /// lent to `f` is unpublished but not dropped until `f` returns.
+///
+/// Found in review 3 (adversarial), an attack the implementation withstood.
 fn a_rank_dropped_inside_its_own_with_then_swept<B: Backend>() {
     let drops = counter();
     count_defaults_in(drops);
@@ -214,6 +216,8 @@ fn a_rank_dropped_inside_its_own_with_then_swept<B: Backend>() {
 
 /// `with` nested in `for_each`, whose inner first touch (another rank) sweeps: the instance the
 /// outer `f` holds (an exited rank's) survives until `for_each` returns.
+///
+/// Found in review 3 (adversarial), an attack the implementation withstood.
 fn a_first_touch_inside_for_each_sweeps_but_the_outer_borrow_survives<B: Backend>() {
     let drops = counter();
     count_defaults_in(drops);
@@ -240,6 +244,8 @@ fn a_first_touch_inside_for_each_sweeps_but_the_outer_borrow_survives<B: Backend
 }
 
 /// A delegate's `with_for` of an exited rank, a sweep inside `f`: kept until `f` returns.
+///
+/// Found in review 3 (adversarial), an attack the implementation withstood.
 fn with_for_of_an_exited_rank_survives_a_sweep_inside_f<B: Backend>() {
     let drops = counter();
     count_defaults_in(drops);
@@ -260,6 +266,8 @@ fn with_for_of_an_exited_rank_survives_a_sweep_inside_f<B: Backend>() {
 }
 
 /// A plain `&T` (`get_for`) of an exited rank's scoped instance escapes it: never swept.
+///
+/// Found in review 3 (adversarial), an attack the implementation withstood.
 fn get_for_escapes_before_a_sweep<B: Backend>() {
     let drops = counter();
     count_defaults_in(drops);
@@ -322,6 +330,8 @@ impl Drop for Reenter {
 /// `T::drop` run by a sweep re-enters the same `'static` `RankLocal` (first touch, sweep): no
 /// deadlock (the free runs outside the claims mutex). The `RankLocal` is leaked rather than a
 /// `static`, which cannot be generic over the backend.
+///
+/// Found in review 3 (adversarial), an attack the implementation withstood.
 fn a_drop_run_by_a_sweep_may_reenter_the_same_rank_local<B: Backend>() {
     let drops = counter();
     let rl: &'static RankLocal<Reenter, B> = leak(RankLocal::new());
@@ -460,6 +470,8 @@ fn iters() -> usize {
 
 /// A delegate's `get_for` (lookup_slow -> get_with -> escape) races a sweep of the exited rank.
 /// Either it gets the instance (escaped: must stay alive) or None (reclaimed).
+///
+/// Found in review 4 (adversarial), a race the implementation withstood.
 fn get_for_races_a_sweep<B: Backend>() {
     let dropped = leak(Mutex::new(HashSet::new()));
     let drops = counter();
@@ -540,6 +552,8 @@ impl Default for Tracked {
 
 /// `iter` (with its all_escaped skip) races scoped first touches of exited ranks and sweeps;
 /// every instance `iter` handed out must stay alive.
+///
+/// Found in review 4 (adversarial), a race the implementation withstood.
 fn iter_races_scoped_inserts<B: Backend>() {
     let dropped = leak(Mutex::new(HashSet::new()));
     let drops = counter();
@@ -592,6 +606,8 @@ fn iter_races_scoped_inserts<B: Backend>() {
 
 /// `get` (plain &T) for a rank whose scoped instance is being swept, from a delegate acting for
 /// the exited rank: lookup_slow may see RECLAIMING, then the first-touch path makes a new one.
+///
+/// Found in review 4 (adversarial), a race the implementation withstood.
 fn a_delegates_get_of_an_exited_rank_races_a_sweep<B: Backend>() {
     let dropped = leak(Mutex::new(HashSet::new()));
     let drops = counter();
