@@ -65,7 +65,7 @@ fn allocs_on_this_thread(f: impl FnOnce()) -> usize {
     THREAD_ALLOCS.with(Cell::get) - before
 }
 
-const RANKS: usize = if cfg!(miri) { 80 } else { 256 };
+const RANKS: usize = if cfg!(miri) { 40 } else { 256 };
 const LOOKUPS: usize = if cfg!(miri) { 100 } else { 100_000 };
 
 /// Once instances exist, no lookup allocates: owner, delegated, `get_for`, `try_get`, `iter`.
@@ -142,7 +142,7 @@ fn live_heap_after_inserts<B: Backend>(ids: &[RankId]) -> isize {
     }
     // lookups that miss the cache pin the epoch and let the collector run
     for i in 0..(if cfg!(miri) {
-        600
+        300
     } else {
         (20 * ids.len()).max(10_000)
     }) {
@@ -159,7 +159,7 @@ fn live_heap_after_inserts<B: Backend>(ids: &[RankId]) -> isize {
 /// `n`, not in the nodes built and replaced along the way.
 fn retired_snapshots_are_freed<B: Backend>() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let n = if cfg!(miri) { 64 } else { 1024 };
+    let n = if cfg!(miri) { 32 } else { 1024 };
     let ids = exited_thread_ranks(n);
     let live = live_heap_after_inserts::<B>(&ids);
     // instances (32 B each) + the final trie (one 520 B leaf per 64 ranks, plus the levels
@@ -182,7 +182,7 @@ fn lookups_do_not_grow_the_heap<B: Backend>() {
     for &r in &ids {
         on_behalf_of(r, || rl.get_or(|| 1));
     }
-    for i in 0..1000 {
+    for i in 0..(if cfg!(miri) { 100 } else { 1000 }) {
         let _ = rl.get_for(ids[i % ids.len()]);
     }
     let before = LIVE_BYTES.load(Ordering::SeqCst);

@@ -14,6 +14,7 @@ use std::thread;
 
 use common::{
     count_defaults_in, counter, exit_ranks, leak, patiently, reclaim_until, touch_scoped, Counted,
+    SWEEPS_WHILE_LENT,
 };
 use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
@@ -376,7 +377,7 @@ fn a_scoped_first_touch_of_an_exited_rank_outlives_f<B: Backend>() {
         rl.with(|_v| {
             // any sweep while `f` runs (here an explicit one; another thread's first touch does
             // the same); other tests' pins may delay the grace period, so sweep a while
-            for _ in 0..1000 {
+            for _ in 0..SWEEPS_WHILE_LENT {
                 rl.reclaim_exited();
                 if drops.load(SeqCst) != before {
                     break;

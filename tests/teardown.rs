@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering, Ordering::SeqCst};
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::thread;
 
-use common::{backend_module, count_defaults_in, counter, exit_ranks, leak, Counted};
+use common::{
+    backend_module, count_defaults_in, counter, exit_ranks, leak, Counted, SWEEPS_WHILE_LENT,
+};
 use ranklocal::{on_behalf_of, rank_local, Backend, RankId, RankLocal};
 
 common::backend_tests! {
@@ -252,7 +254,7 @@ impl Drop for Late {
         rl.with_dyn(&mut || {
             let before = drops.load(SeqCst);
             // other threads' pins may delay the grace period: sweep a while
-            for _ in 0..1000 {
+            for _ in 0..SWEEPS_WHILE_LENT {
                 rl.reclaim_exited();
                 if drops.load(SeqCst) != before {
                     break;

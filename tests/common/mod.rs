@@ -92,6 +92,11 @@ pub fn patiently(done: impl Fn() -> bool, mut step: impl FnMut()) -> bool {
     }
 }
 
+/// Sweeps a test makes inside `f` to catch a drop of the instance lent to `f` (a bug). Natively
+/// other tests' pins may delay the grace period that would expose it, so sweep a while; under
+/// Miri tests run one at a time and nothing else is pinned, so a few sweeps suffice.
+pub const SWEEPS_WHILE_LENT: usize = if cfg!(miri) { 20 } else { 1000 };
+
 /// Calls `reclaim_exited` until `drops` reaches `want` (the epoch may need other test threads to
 /// unpin first), then asserts it is exactly `want`; panics if it never gets there.
 pub fn reclaim_until<T: Send + Sync, B: Backend>(
