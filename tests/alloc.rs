@@ -15,10 +15,15 @@ use common::exited_thread_ranks;
 use ranklocal::{on_behalf_of, rank_local, Backend, Epoch, RankId, RankLocal};
 
 common::backend_tests! {
+    #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
     lookups_allocate_nothing,
+    #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
     lookups_do_not_grow_the_heap,
+    #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
     retired_snapshots_are_freed,
+    #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
     thread_churn_leaves_nothing_behind,
+    #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
     held_iterator_does_not_stall_reclamation,
 }
 

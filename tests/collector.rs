@@ -29,7 +29,7 @@ common::backend_tests! {
 /// flushed crossbeam's collector, are its twins. All safe code: `Guard::defer` is a safe API.
 fn a_deferred_closure_that_first_touches_the_map_does_not_deadlock_the_writer<B: Backend>() {
     let rl: &'static RankLocal<u64, B> = leak(RankLocal::new());
-    let (deferred, touches) = if cfg!(miri) { (8, 50) } else { (64, 2000) };
+    let (deferred, touches) = if cfg!(miri) { (4, 20) } else { (64, 2000) };
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         // e.g. a skiplist value whose Drop records into a RankLocal, for a rank not seen yet
@@ -63,7 +63,7 @@ fn a_deferred_closure_that_first_touches_the_map_does_not_deadlock_the_writer<B:
 fn replaced_versions_pile_up_behind_a_pinned_reader_then_drain<B: Backend>() {
     let mut rl = RankLocal::<u64, B>::new();
     // quadratic under a stalled epoch (each write scans the backlog): small under Miri
-    let n = if cfg!(miri) { 40 } else { 3000 };
+    let n = if cfg!(miri) { 16 } else { 3000 };
     for round in 0..2u64 {
         rl.get_or(|| 99);
         let ranks: Vec<Rank> = (0..n).map(|_| Rank::new()).collect();

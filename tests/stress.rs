@@ -19,9 +19,9 @@ common::backend_tests! {
 }
 
 /// Threads of `oversubscribed_mixed_load`: 32 per core on a 2-core machine.
-const THREADS: usize = if cfg!(miri) { 6 } else { 64 };
+const THREADS: usize = if cfg!(miri) { 4 } else { 64 };
 /// Owner gets per thread in `oversubscribed_mixed_load`.
-const OPS: usize = if cfg!(miri) { 20 } else { 20_000 };
+const OPS: usize = if cfg!(miri) { 10 } else { 20_000 };
 
 fn oversubscribed_mixed_load<B: Backend>() {
     let rl = RankLocal::<Slot, B>::new();

@@ -59,7 +59,8 @@ fn a_dropped_ranks_scoped_instance_is_reclaimed<B: Backend>() {
 fn the_first_touch_after_many_exits_sweeps<B: Backend>() {
     let drops = counter();
     let rl = RankLocal::<Counted<'_>, B>::new();
-    let n = 40;
+    // enough exits that the first touch's amortized sweep is due (at least 16, and half of `len`)
+    let n = if cfg!(miri) { 20 } else { 40 };
     let ranks: Vec<Rank> = (0..n).map(|_| Rank::new()).collect();
     for r in &ranks {
         on_behalf_of(r.id(), || touch_scoped(&rl, drops));
@@ -83,7 +84,7 @@ fn the_first_touch_after_many_exits_sweeps<B: Backend>() {
 /// Short-lived threads' scoped instances are reclaimed: the map stays bounded and ends empty.
 fn churned_threads_stay_bounded<B: Backend>() {
     let rl = RankLocal::<Vec<u8>, B>::new();
-    let rounds = if cfg!(miri) { 3 } else { 50 };
+    let rounds = if cfg!(miri) { 2 } else { 50 };
     let mut max_len = 0;
     for _ in 0..rounds {
         thread::scope(|s| {
@@ -128,7 +129,7 @@ fn a_delegate_reading_while_the_rank_exits_keeps_the_value<B: Backend>() {
         inside_rx.recv().unwrap();
         drop(job);
         assert_eq!(rl.reclaim_exited(), 1);
-        for _ in 0..100 {
+        for _ in 0..(if cfg!(miri) { 20 } else { 100 }) {
             rl.reclaim_exited();
         }
         assert_eq!(
@@ -463,7 +464,7 @@ impl Drop for Tracked {
 /// Rounds of each race.
 fn iters() -> usize {
     if cfg!(miri) {
-        6
+        3
     } else {
         300
     }
