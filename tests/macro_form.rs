@@ -1,4 +1,7 @@
-//! `rank_local!` statics: the same semantics through the macro form's own thread-local slot.
+//! `rank_local!` statics: the same semantics through the macro form's own thread-local slot (I8).
+//! The macro form has no backend parameter (its `RankLocalKey` holds an `Epoch` `RankLocal`).
+
+mod common;
 
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -6,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
 
+use common::addr;
 use ranklocal::{on_behalf_of, rank_local, RankId};
 
 static INITS: AtomicUsize = AtomicUsize::new(0);
@@ -15,10 +19,6 @@ rank_local! {
     static COUNTER: AtomicUsize = { INITS.fetch_add(1, Ordering::SeqCst); AtomicUsize::new(0) };
     pub(crate) static NAME: String = format!("{}", RankId::current());
     static REENTRANT: u32 = *REENTRANT.get() + 1;
-}
-
-fn addr<T>(r: &T) -> usize {
-    r as *const T as usize
 }
 
 #[test]

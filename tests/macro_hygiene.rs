@@ -1,8 +1,13 @@
 //! `rank_local!` hygiene: user items named like the macro's helpers (`init`, `INNER`, `SLOT`,
 //! ...) always resolve to the user's items, and std's `const { .. }` initializer form is accepted.
-//! Before the fix `A` overflowed the stack (its `init()` called the macro's own `fn init`) and
-//! `B` did not compile (its `SLOT` was the macro's thread-local).
+//! Found in review: before the fix `A` overflowed the stack (its `init()` called the macro's own
+//! `fn init`) and `B` did not compile (its `SLOT` was the macro's thread-local).
+//!
+//! Its own binary: the user items must sit at the crate root, where the expansion lands, with
+//! nothing else named like them. The macro form has no backend parameter.
 #![allow(non_upper_case_globals)]
+
+mod common;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -2,7 +2,8 @@
 //! `on_behalf_of`, panicking and failing inits, `iter`, `clear`, `purge_exited` — run across three
 //! worker threads (one op at a time) and checked against a sequential model, on every backend.
 //! The number of live instances is checked after every op (every instance dropped exactly once).
-#![cfg(not(miri))] // proptest is far too slow under Miri; the semantic suite runs there instead
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -12,7 +13,13 @@ use std::sync::{Arc, RwLock};
 use std::thread;
 
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 use ranklocal::{on_behalf_of, Backend, RankId, RankLocal};
+
+common::backend_tests! {
+    #[cfg_attr(miri, ignore = "proptest is far too slow under Miri; the other suites run there")]
+    matches_the_sequential_model,
+}
 
 const WORKERS: usize = 3;
 const EXITED: usize = 2;
@@ -270,22 +277,14 @@ fn check<B: Backend>(ops: Vec<Op>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-macro_rules! backend_props {
-    ($($name:ident: $backend:ty),* $(,)?) => {
-        proptest! {
-            #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-            $(
-                #[test]
-                fn $name(ops in prop::collection::vec(op(), 1..48)) {
-                    check::<$backend>(ops)?;
-                }
-            )*
-        }
+/// Random op sequences on `B` agree with the model; proptest shrinks a failing one and reports it.
+fn matches_the_sequential_model<B: Backend>() {
+    let config = ProptestConfig {
+        cases: 48,
+        source_file: Some(file!()),
+        ..ProptestConfig::default()
     };
-}
-
-backend_props! {
-    epoch_matches_the_sequential_model: ranklocal::Epoch,
-    arc_swap_matches_the_sequential_model: ranklocal::ArcSwap,
-    baseline_matches_the_sequential_model: ranklocal::Baseline,
+    TestRunner::new(config)
+        .run(&prop::collection::vec(op(), 1..48), check::<B>)
+        .unwrap();
 }

@@ -1,56 +1,36 @@
-//! Logical ranks (`Rank`), exited ranks, and carrying the rank into spawned work (`RankId::bind`,
-//! `OnBehalfExt::in_current_rank`), stamped over every backend by `backend_suite!` as in
-//! `tests/semantics.rs`. The `table_` tests check each row of the crate docs' "what carries the
-//! rank" table that can be checked here (std and tokio; rayon is not a dependency).
+//! Ranks and carrying them: logical ranks (`Rank`), rank ids, acting for a rank from any thread,
+//! carrying the rank into spawned work (`RankId::bind`, `OnBehalfExt::in_current_rank`) and into
+//! futures polled on several threads (`on_behalf_of` as a future, also on a multi-threaded tokio
+//! runtime). The `table_` tests check each row of the crate docs' "what carries the rank" table
+//! that can be checked here (std and tokio; rayon is not a dependency).
+
+mod common;
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::Poll;
 use std::thread;
+use std::time::Duration;
 
+use common::{addr, block_on, parked_rank, poll_on_a_new_thread, YieldOnce};
 use ranklocal::{on_behalf_of, Backend, OnBehalfExt, Rank, RankId, RankLocal};
 
-/// Counts drops of its instances.
-struct Counted(Arc<AtomicUsize>);
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn addr<T>(r: &T) -> usize {
-    r as *const T as usize
-}
-
-/// Polls `f` to completion on this thread with a no-op waker.
-fn block_on<F: Future>(f: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-    }
-}
-
-/// A future that returns `Pending` once.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    }
+common::backend_tests! {
+    rank_ids_are_fresh_and_share_the_thread_id_space,
+    a_rank_is_acted_as_from_any_thread,
+    bind_runs_as_the_rank_and_restores,
+    in_current_rank_takes_the_rank_current_when_called,
+    async_polls_on_two_threads_both_run_as_the_rank,
+    #[cfg_attr(miri, ignore = "tokio's runtime is too slow under Miri")]
+    async_every_poll_runs_as_the_rank,
+    table_std_threads,
+    table_future_returned_from_a_closure,
+    #[cfg_attr(miri, ignore = "tokio's runtime is too slow under Miri")]
+    table_tokio_multi_thread,
+    #[cfg_attr(miri, ignore = "tokio's runtime is too slow under Miri")]
+    table_tokio_local_set_and_current_thread,
 }
 
 #[test]
@@ -149,126 +129,6 @@ fn a_rank_is_acted_as_from_any_thread<B: Backend>() {
     assert!(rl.try_get().is_none());
 }
 
-fn purge_keeps_live_ranks_and_drops_dropped_ones<B: Backend>() {
-    let drops = Arc::new(AtomicUsize::new(0));
-    let mut rl = RankLocal::<Counted, B>::new();
-    let live = Rank::new();
-    let dropped_here = Rank::new();
-    let dropped_elsewhere = Rank::new();
-    for r in [&live, &dropped_here, &dropped_elsewhere] {
-        on_behalf_of(r.id(), || rl.get_or(|| Counted(drops.clone())));
-    }
-    let (dead_a, dead_b) = (dropped_here.id(), dropped_elsewhere.id());
-    assert_eq!(rl.purge_exited(), 0, "purge dropped a live Rank's instance");
-    assert_eq!(rl.len(), 3);
-    drop(dropped_here);
-    thread::spawn(move || drop(dropped_elsewhere)) // Rank is Send: dropped on another thread
-        .join()
-        .unwrap();
-    assert_eq!(rl.purge_exited(), 2);
-    assert_eq!(drops.load(Ordering::SeqCst), 2);
-    assert!(rl.get_for(dead_a).is_none() && rl.get_for(dead_b).is_none());
-    assert!(rl.get_for(live.id()).is_some());
-    assert_eq!(rl.purge_exited(), 0);
-    // an Arc<Rank> exits with its last owner
-    let shared = Arc::new(Rank::new());
-    on_behalf_of(shared.id(), || rl.get_or(|| Counted(drops.clone())));
-    let other = shared.clone();
-    drop(shared);
-    assert_eq!(
-        rl.purge_exited(),
-        0,
-        "rank exited while an Arc still held it"
-    );
-    drop(other);
-    assert_eq!(rl.purge_exited(), 1);
-    drop(live);
-    assert_eq!(rl.purge_exited(), 1);
-    assert!(rl.is_empty());
-    assert_eq!(drops.load(Ordering::SeqCst), 4);
-}
-
-/// How the two kinds of rank exit.
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Thread,
-    Logical,
-}
-
-/// A rank that has exited, with an instance of `rl` made for it before it exited.
-fn exited_rank<B: Backend>(
-    kind: Kind,
-    rl: &RankLocal<Counted, B>,
-    drops: &Arc<AtomicUsize>,
-) -> RankId {
-    match kind {
-        Kind::Thread => thread::scope(|s| {
-            s.spawn(|| {
-                rl.get_or(|| Counted(drops.clone()));
-                RankId::this_thread()
-            })
-            .join()
-            .unwrap()
-        }),
-        Kind::Logical => {
-            let r = Rank::new();
-            on_behalf_of(r.id(), || rl.get_or(|| Counted(drops.clone())));
-            r.id()
-        }
-    }
-}
-
-/// Acting for an exited rank is defined: until `purge_exited` its instance is reachable (`get_for`,
-/// and `get` inside `on_behalf_of` returns it without running `init`); `get` for an exited rank
-/// with no instance creates one, owned by that rank, and the next `purge_exited` drops it; after a
-/// purge `get_for` is `None` and acting for the rank again starts from a fresh `init`.
-fn acting_for_an_exited_rank<B: Backend>() {
-    for kind in [Kind::Thread, Kind::Logical] {
-        let drops = Arc::new(AtomicUsize::new(0));
-        let inits = AtomicUsize::new(0);
-        let mut rl = RankLocal::<Counted, B>::new();
-        let dead = exited_rank(kind, &rl, &drops);
-        let before = addr(rl.get_for(dead).expect("instance gone before any purge"));
-        let got = on_behalf_of(dead, || {
-            addr(rl.get_or(|| {
-                inits.fetch_add(1, Ordering::SeqCst);
-                Counted(drops.clone())
-            }))
-        });
-        assert_eq!(
-            got, before,
-            "{kind:?}: acting for an exited rank re-ran init"
-        );
-        assert_eq!(inits.load(Ordering::SeqCst), 0);
-        // a second RankLocal the rank never touched: acting for it creates an instance
-        let mut fresh = RankLocal::<Counted, B>::new();
-        on_behalf_of(dead, || fresh.get_or(|| Counted(drops.clone())));
-        assert!(fresh.get_for(dead).is_some());
-        assert_eq!(
-            fresh.purge_exited(),
-            1,
-            "{kind:?}: instance of an exited rank kept"
-        );
-        assert_eq!(rl.purge_exited(), 1);
-        assert_eq!(drops.load(Ordering::SeqCst), 2);
-        assert!(
-            rl.get_for(dead).is_none(),
-            "{kind:?}: exited rank survived purge"
-        );
-        assert!(on_behalf_of(dead, || rl.try_get()).is_none());
-        // after the purge, acting for it again runs init again; the next purge drops it again
-        on_behalf_of(dead, || {
-            rl.get_or(|| {
-                inits.fetch_add(1, Ordering::SeqCst);
-                Counted(drops.clone())
-            })
-        });
-        assert_eq!(inits.load(Ordering::SeqCst), 1);
-        assert_eq!(rl.purge_exited(), 1);
-        assert_eq!(drops.load(Ordering::SeqCst), 3, "{kind:?}");
-    }
-}
-
 fn bind_runs_as_the_rank_and_restores<B: Backend>() {
     let rl: &'static RankLocal<AtomicUsize, B> = Box::leak(Box::new(RankLocal::new()));
     let rank = Rank::new();
@@ -312,29 +172,6 @@ fn bind_runs_as_the_rank_and_restores<B: Backend>() {
     );
 }
 
-/// Records the rank current when it is dropped.
-struct DropsAs(Arc<std::sync::Mutex<Vec<RankId>>>);
-impl Drop for DropsAs {
-    fn drop(&mut self) {
-        self.0.lock().unwrap().push(RankId::current());
-    }
-}
-
-#[test]
-fn a_bound_closure_drops_its_captures_as_the_rank() {
-    let rank = Rank::new();
-    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    // called: the captures are dropped when `f` returns, inside the rank
-    let guard = DropsAs(seen.clone());
-    rank.id().bind(move || drop(guard))();
-    // never called (a cancelled job): still dropped as the rank, on whichever thread drops it
-    let guard = DropsAs(seen.clone());
-    let uncalled = rank.id().bind(move || drop(guard));
-    thread::spawn(move || drop(uncalled)).join().unwrap();
-    assert_eq!(*seen.lock().unwrap(), [rank.id(), rank.id()]);
-    assert_eq!(RankId::current(), RankId::this_thread());
-}
-
 fn f_for(rank: RankId) -> impl FnOnce() -> RankId {
     rank.bind(RankId::current)
 }
@@ -353,15 +190,8 @@ fn in_current_rank_takes_the_rank_current_when_called<B: Backend>() {
         .in_current_rank()
     }));
     assert_eq!(fut.rank(), rank.id());
-    let mut poll_on_a_new_thread = || {
-        thread::scope(|s| {
-            s.spawn(|| fut.as_mut().poll(&mut Context::from_waker(Waker::noop())))
-                .join()
-                .unwrap()
-        })
-    };
-    assert!(poll_on_a_new_thread().is_pending());
-    let Poll::Ready((first, second)) = poll_on_a_new_thread() else {
+    assert!(poll_on_a_new_thread(fut.as_mut()).is_pending());
+    let Poll::Ready((first, second)) = poll_on_a_new_thread(fut.as_mut()) else {
         panic!("the future did not finish on its second poll");
     };
     assert_eq!((first.0, second.0), (rank.id(), rank.id()));
@@ -373,6 +203,96 @@ fn in_current_rank_takes_the_rank_current_when_called<B: Backend>() {
     let own = async { RankId::current() }.in_current_rank();
     assert_eq!(own.rank(), RankId::this_thread());
     assert_eq!(block_on(own), RankId::this_thread());
+}
+
+/// Tasks wrapped with `on_behalf_of` on a multi-threaded tokio runtime: every poll runs as the
+/// rank, on whichever worker polls it, and reaches the rank's instance.
+fn async_every_poll_runs_as_the_rank<B: Backend>() {
+    let rl: &'static RankLocal<AtomicUsize, B> = Box::leak(Box::new(RankLocal::new()));
+    let owners: Vec<(RankId, mpsc::Sender<()>, thread::JoinHandle<()>)> =
+        (0..4).map(|_| parked_rank()).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    let polled_on = Arc::new(Mutex::new(HashSet::new()));
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for (i, (rank, _, _)) in owners.iter().enumerate().cycle().take(32) {
+            let (rank, polled_on) = (*rank, polled_on.clone());
+            tasks.push(tokio::spawn(
+                async move {
+                    // Block this worker a moment on the first poll, so the other workers take
+                    // the queued tasks: the tasks are then polled on several threads.
+                    std::thread::sleep(Duration::from_millis(1));
+                    for _ in 0..20 {
+                        assert_eq!(RankId::current(), rank);
+                        assert_ne!(RankId::this_thread(), rank);
+                        polled_on.lock().unwrap().insert(RankId::this_thread());
+                        rl.get().fetch_add(1, Ordering::Relaxed);
+                        tokio::task::yield_now().await;
+                    }
+                    i
+                }
+                .on_behalf_of(rank),
+            ));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    for (rank, rel, h) in owners {
+        assert_eq!(rl.get_for(rank).unwrap().load(Ordering::Relaxed), 8 * 20);
+        drop(rel);
+        h.join().unwrap();
+    }
+    assert_eq!(
+        rl.len(),
+        4,
+        "a worker thread created an instance of its own"
+    );
+    assert!(
+        polled_on.lock().unwrap().len() > 1,
+        "tasks never moved between workers"
+    );
+}
+
+/// The same, deterministically: one `on_behalf_of` future polled first on one thread, then on
+/// another; both polls run as the rank and reach the rank's instance.
+fn async_polls_on_two_threads_both_run_as_the_rank<B: Backend>() {
+    let rl = RankLocal::<AtomicUsize, B>::new();
+    let (rank, release, owner) = parked_rank();
+    let rl_ref = &rl;
+    let mut fut = Box::pin(
+        async move {
+            let first = (RankId::current(), RankId::this_thread(), addr(rl_ref.get()));
+            YieldOnce(false).await;
+            let second = (RankId::current(), RankId::this_thread(), addr(rl_ref.get()));
+            (first, second)
+        }
+        .on_behalf_of(rank),
+    );
+    assert!(poll_on_a_new_thread(fut.as_mut()).is_pending());
+    let Poll::Ready((first, second)) = poll_on_a_new_thread(fut.as_mut()) else {
+        panic!("the future did not finish on its second poll");
+    };
+    assert_eq!(first.0, rank, "first poll did not run as the rank");
+    assert_eq!(second.0, rank, "second poll did not run as the rank");
+    assert_ne!(first.1, second.1, "both polls ran on one thread");
+    assert_eq!(
+        first.2, second.2,
+        "the two polls reached different instances"
+    );
+    assert_eq!(addr(rl.get_for(rank).unwrap()), first.2);
+    assert_eq!(
+        rl.len(),
+        1,
+        "a polling thread created an instance of its own"
+    );
+    assert_eq!(RankId::current(), RankId::this_thread());
+    drop(release);
+    owner.join().unwrap();
 }
 
 /// Table, std rows: a std thread (plain or scoped) spawned inside `on_behalf_of` runs as its own
@@ -561,46 +481,4 @@ fn table_tokio_local_set_and_current_thread<B: Backend>() {
     });
     assert_eq!(local_driven, other.id());
     assert_eq!(rl.get_for(id).unwrap().load(Ordering::Relaxed), 1);
-}
-
-/// Stamps every generic test above over one backend.
-macro_rules! backend_suite {
-    ($($module:ident: $backend:ty),* $(,)?) => {$(
-        mod $module {
-            type B = $backend;
-            backend_suite!(@tests B;
-                rank_ids_are_fresh_and_share_the_thread_id_space,
-                a_rank_is_acted_as_from_any_thread,
-                purge_keeps_live_ranks_and_drops_dropped_ones,
-                acting_for_an_exited_rank,
-                bind_runs_as_the_rank_and_restores,
-                in_current_rank_takes_the_rank_current_when_called,
-                table_std_threads,
-                table_future_returned_from_a_closure,
-            );
-            backend_suite!(@tokio B;
-                table_tokio_multi_thread,
-                table_tokio_local_set_and_current_thread,
-            );
-        }
-    )*};
-    (@tests $b:ident; $($name:ident),* $(,)?) => {$(
-        #[test]
-        fn $name() {
-            super::$name::<$b>();
-        }
-    )*};
-    (@tokio $b:ident; $($name:ident),* $(,)?) => {$(
-        #[test]
-        #[cfg_attr(miri, ignore = "tokio's runtime is too slow under Miri")]
-        fn $name() {
-            super::$name::<$b>();
-        }
-    )*};
-}
-
-backend_suite! {
-    epoch: ranklocal::Epoch,
-    arc_swap: ranklocal::ArcSwap,
-    baseline: ranklocal::Baseline,
 }

@@ -1,29 +1,27 @@
-//! Stress under oversubscription (64 threads on 2 cores), stamped over every backend: owner gets,
-//! delegated gets, `get_for` and `iter` while new ranks first-touch. Every lookup must return the
-//! right rank's instance and the counters must sum exactly.
+//! Stress under oversubscription, stamped over every backend: owner gets, delegated gets,
+//! `get_for` and `iter` while new ranks first-touch (64 threads on 2 cores), and 16 owners served
+//! by one delegate. Every lookup must return the right rank's instance and the counters must sum
+//! exactly.
+
+mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Barrier;
+use std::sync::{mpsc, Barrier};
 use std::thread;
 use std::time::Instant;
 
+use common::{slot, Slot};
 use ranklocal::{on_behalf_of, Backend, RankId, RankLocal};
 
-const THREADS: usize = if cfg!(miri) { 6 } else { 64 };
-const OPS: usize = if cfg!(miri) { 20 } else { 20_000 };
-
-/// An instance that knows whose it is.
-struct Slot {
-    rank: RankId,
-    hits: AtomicUsize,
+common::backend_tests! {
+    oversubscribed_mixed_load,
+    threads_and_delegates_agree,
 }
 
-fn slot() -> Slot {
-    Slot {
-        rank: RankId::current(),
-        hits: AtomicUsize::new(0),
-    }
-}
+/// Threads of `oversubscribed_mixed_load`: 32 per core on a 2-core machine.
+const THREADS: usize = if cfg!(miri) { 4 } else { 64 };
+/// Owner gets per thread in `oversubscribed_mixed_load`.
+const OPS: usize = if cfg!(miri) { 10 } else { 20_000 };
 
 fn oversubscribed_mixed_load<B: Backend>() {
     let rl = RankLocal::<Slot, B>::new();
@@ -94,51 +92,42 @@ fn oversubscribed_mixed_load<B: Backend>() {
     );
 }
 
-/// A delegate may target a rank whose thread has exited: it works until `purge_exited`.
-fn delegate_to_an_exited_rank<B: Backend>() {
-    let mut rl = RankLocal::<Slot, B>::new();
-    let gone = thread::scope(|s| {
-        s.spawn(|| {
-            rl.get_or(slot).hits.fetch_add(1, Ordering::Relaxed);
-            RankId::this_thread()
-        })
-        .join()
-        .unwrap()
-    });
-    let v = on_behalf_of(gone, || rl.get_or(slot));
-    assert_eq!(v.rank, gone);
-    assert_eq!(
-        v.hits.load(Ordering::Relaxed),
-        1,
-        "delegate got a fresh instance"
-    );
-    assert!(rl.get_for(gone).is_some());
-    assert_eq!(rl.purge_exited(), 1);
-    assert!(rl.get_for(gone).is_none());
-    // and a delegate can recreate it afterwards (a new instance for the same rank)
-    assert_eq!(
-        on_behalf_of(gone, || rl.get_or(slot).hits.load(Ordering::Relaxed)),
-        0
-    );
-}
+/// Owners in `threads_and_delegates_agree`: oversubscribes a 2-core machine.
+const OWNERS: usize = if cfg!(miri) { 4 } else { 16 };
 
-macro_rules! backend_suite {
-    ($($module:ident: $backend:ty),* $(,)?) => {$(
-        mod $module {
-            #[test]
-            fn oversubscribed_mixed_load() {
-                super::oversubscribed_mixed_load::<$backend>();
+/// `OWNERS` owners, each also served by one shared worker acting for them through
+/// `on_behalf_of`: the counters must sum.
+fn threads_and_delegates_agree<B: Backend>() {
+    let rl = RankLocal::<AtomicUsize, B>::new();
+    let per: usize = if cfg!(miri) { 5 } else { 2000 };
+    let (tx, rx) = mpsc::channel::<RankId>();
+    thread::scope(|s| {
+        let rl = &rl;
+        let worker = s.spawn(move || {
+            let mut served = 0;
+            for rank in rx {
+                on_behalf_of(rank, || rl.get().fetch_add(1, Ordering::Relaxed));
+                assert!(rl.get_for(rank).is_some());
+                served += 1;
             }
-            #[test]
-            fn delegate_to_an_exited_rank() {
-                super::delegate_to_an_exited_rank::<$backend>();
-            }
+            served
+        });
+        for _ in 0..OWNERS {
+            let tx = tx.clone();
+            s.spawn(move || {
+                let me = RankId::current();
+                for i in 0..per {
+                    rl.get().fetch_add(1, Ordering::Relaxed);
+                    if i % 10 == 0 {
+                        tx.send(me).unwrap();
+                    }
+                }
+            });
         }
-    )*};
-}
-
-backend_suite! {
-    epoch: ranklocal::Epoch,
-    arc_swap: ranklocal::ArcSwap,
-    baseline: ranklocal::Baseline,
+        drop(tx);
+        assert_eq!(worker.join().unwrap(), OWNERS * per.div_ceil(10));
+    });
+    let total: usize = rl.iter().map(|(_, v)| v.load(Ordering::Relaxed)).sum();
+    assert_eq!(total, OWNERS * (per + per.div_ceil(10)));
+    assert_eq!(rl.len(), OWNERS);
 }

@@ -1,0 +1,331 @@
+//! What the test binaries share (papaya's `tests/common.rs` pattern): the one macro that stamps a
+//! generic test over every backend, and the helpers several files need. Each binary includes it
+//! with `mod common;`.
+//!
+//! Every binary compiles this whole module but uses only some of it, so unused helpers are allowed
+//! here (and only here; the macro and its re-export carry their own `allow`s):
+#![allow(dead_code)]
+
+use std::cell::Cell;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ranklocal::{Backend, Rank, RankId, RankLocal};
+
+/// Stamps each generic `fn name<B: Backend>()` named in it over the three backends, as
+/// `mod epoch { #[test] fn name() }`, `mod arc_swap { .. }` and `mod baseline { .. }` (arc-swap's
+/// `tests/stress.rs` pattern). Attributes written before a name go on each of its three tests:
+///
+/// ```ignore
+/// common::backend_tests! {
+///     s1_threads_see_distinct_instances,
+///     #[cfg_attr(miri, ignore = "tokio's runtime is too slow under Miri")]
+///     async_every_poll_runs_as_the_rank,
+/// }
+/// ```
+#[allow(unused_macros)] // as the helpers below: not every binary stamps
+macro_rules! backend_tests {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {
+        $crate::common::backend_tests!(@module epoch, ranklocal::Epoch; $($(#[$attr])* $name),*);
+        $crate::common::backend_tests!(@module arc_swap, ranklocal::ArcSwap; $($(#[$attr])* $name),*);
+        $crate::common::backend_tests!(@module baseline, ranklocal::Baseline; $($(#[$attr])* $name),*);
+    };
+    (@module $module:ident, $backend:ty; $($(#[$attr:meta])* $name:ident),*) => {
+        mod $module {
+            $(
+                #[test]
+                $(#[$attr])*
+                fn $name() {
+                    super::$name::<$backend>();
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use backend_tests;
+
+/// The module `backend_tests!` puts `B`'s tests in (`epoch`, `arc_swap`, `baseline`): for a test
+/// that re-runs itself in a child process and must name its own path.
+pub fn backend_module<B: Backend>() -> &'static str {
+    match B::NAME {
+        "epoch" => "epoch",
+        "arc-swap" => "arc_swap",
+        "baseline" => "baseline",
+        other => panic!("unknown backend {other}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiting
+
+/// A deadlock guard, not a timing assertion: generous enough for any machine.
+pub const DEADLOCK: Duration = Duration::from_secs(60);
+
+/// Runs `step` until `done()` holds, for up to 30 s, and returns whether it does. Epoch grace
+/// periods wait for every thread pinned on the crate's collector, and under TSan, Miri or a loaded
+/// 2-core machine the other tests of a binary pin it often. `done` is checked first; between steps
+/// it yields, after 1,000 rounds it sleeps 1 ms.
+pub fn patiently(done: impl Fn() -> bool, mut step: impl FnMut()) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut round = 0u32;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        step();
+        round += 1;
+        if round < 1000 {
+            thread::yield_now();
+        } else {
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Sweeps a test makes inside `f` to catch a drop of the instance lent to `f` (a bug). Natively
+/// other tests' pins may delay the grace period that would expose it, so sweep a while; under
+/// Miri tests run one at a time and nothing else is pinned, so a few sweeps suffice.
+pub const SWEEPS_WHILE_LENT: usize = if cfg!(miri) { 20 } else { 1000 };
+
+/// Calls `reclaim_exited` until `drops` reaches `want` (the epoch may need other test threads to
+/// unpin first), then asserts it is exactly `want`; panics if it never gets there.
+pub fn reclaim_until<T: Send + Sync, B: Backend>(
+    rl: &RankLocal<T, B>,
+    drops: &AtomicUsize,
+    want: usize,
+) {
+    patiently(
+        || drops.load(Ordering::SeqCst) >= want,
+        || {
+            rl.reclaim_exited();
+        },
+    );
+    assert_eq!(drops.load(Ordering::SeqCst), want, "never reclaimed");
+}
+
+/// Runs `f` on a fresh thread, failing the test if it does not finish within [`DEADLOCK`].
+pub fn within_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(DEADLOCK) {
+        Ok(Ok(r)) => r,
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("deadlock: the operation did not finish within {DEADLOCK:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ranks
+
+/// The address of a reference: instances are compared by where they live.
+pub fn addr<T>(r: &T) -> usize {
+    r as *const T as usize
+}
+
+/// The rank of a thread that has exited (a rank id stays valid for delegation).
+pub fn exited_thread_rank() -> RankId {
+    thread::spawn(RankId::this_thread).join().unwrap()
+}
+
+/// `n` ranks of threads that have exited.
+pub fn exited_thread_ranks(n: usize) -> Vec<RankId> {
+    (0..n).map(|_| exited_thread_rank()).collect()
+}
+
+/// Drops `n` fresh `Rank`s: after enough exits, the next first touch of a `RankLocal` runs its
+/// amortized sweep of exited ranks.
+pub fn exit_ranks(n: usize) {
+    for _ in 0..n {
+        drop(Rank::new());
+    }
+}
+
+/// Spawns a thread that reports its rank and then parks until `release` is dropped or sent.
+pub fn parked_rank() -> (RankId, mpsc::Sender<()>, thread::JoinHandle<()>) {
+    let (rank_tx, rank_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let h = thread::spawn(move || {
+        rank_tx.send(RankId::this_thread()).unwrap();
+        let _ = release_rx.recv();
+    });
+    (rank_rx.recv().unwrap(), release_tx, h)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Probes
+
+/// Moves `t` to the heap for the rest of the process.
+pub fn leak<T>(t: T) -> &'static T {
+    Box::leak(Box::new(t))
+}
+
+/// A fresh drop counter that lives for the rest of the process (for `'static` values).
+pub fn counter() -> &'static AtomicUsize {
+    leak(AtomicUsize::new(0))
+}
+
+thread_local! {
+    /// The counter `Counted::default()` and `Bomb::default()` count in, on this thread.
+    static DEFAULT_DROPS: Cell<Option<&'static AtomicUsize>> = const { Cell::new(None) };
+}
+
+/// Makes `Counted::default()` and `Bomb::default()` on this thread count their drops in `drops`:
+/// scoped first touches (`with`) build instances with `T::default()`.
+pub fn count_defaults_in(drops: &'static AtomicUsize) {
+    DEFAULT_DROPS.with(|c| c.set(Some(drops)));
+}
+
+fn default_drops() -> &'static AtomicUsize {
+    DEFAULT_DROPS.with(|c| {
+        c.get()
+            .expect("count_defaults_in was not called on this thread")
+    })
+}
+
+/// Counts its drops in the counter it was made with. Its value lives in its own heap allocation,
+/// so reading it after the instance was freed is a use after free that Miri reports.
+pub struct Counted<'a> {
+    pub drops: &'a AtomicUsize,
+    heap: Box<u64>,
+}
+
+impl<'a> Counted<'a> {
+    pub fn new(drops: &'a AtomicUsize) -> Self {
+        Counted {
+            drops,
+            heap: Box::new(0),
+        }
+    }
+
+    /// Its value (always 0), read through its heap allocation.
+    pub fn value(&self) -> u64 {
+        *self.heap
+    }
+}
+
+/// Counts in the counter [`count_defaults_in`] set for this thread.
+impl Default for Counted<'_> {
+    fn default() -> Self {
+        Counted::new(default_drops())
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A scoped first touch of `rl` for the current rank whose instance counts its drops in `drops`.
+pub fn touch_scoped<B: Backend>(rl: &RankLocal<Counted<'static>, B>, drops: &'static AtomicUsize) {
+    count_defaults_in(drops);
+    rl.with(|_| ());
+}
+
+/// Counts its drops like [`Counted`]; once armed it panics in `drop` (after counting).
+pub struct Bomb<'a> {
+    drops: &'a AtomicUsize,
+    pub armed: AtomicBool,
+}
+
+impl<'a> Bomb<'a> {
+    pub fn new(drops: &'a AtomicUsize, armed: bool) -> Self {
+        Bomb {
+            drops,
+            armed: AtomicBool::new(armed),
+        }
+    }
+}
+
+/// Unarmed, counting in the counter [`count_defaults_in`] set for this thread.
+impl Default for Bomb<'_> {
+    fn default() -> Self {
+        Bomb::new(default_drops(), false)
+    }
+}
+
+impl Drop for Bomb<'_> {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, Ordering::SeqCst);
+        if self.armed.load(Ordering::SeqCst) {
+            panic!("Bomb::drop panics on purpose");
+        }
+    }
+}
+
+/// An instance that knows whose it is.
+pub struct Slot {
+    pub rank: RankId,
+    pub hits: AtomicUsize,
+}
+
+/// A [`Slot`] for the current rank, with no hits.
+pub fn slot() -> Slot {
+    Slot {
+        rank: RankId::current(),
+        hits: AtomicUsize::new(0),
+    }
+}
+
+/// Records the rank current when it is dropped.
+pub struct DropsAs(pub Arc<Mutex<Vec<RankId>>>);
+
+impl Drop for DropsAs {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().push(RankId::current());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Futures
+
+/// Polls `f` to completion on this thread with a no-op waker.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+/// A future that returns `Pending` once (waking its waker), then `Ready`.
+pub struct YieldOnce(pub bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+/// Polls `fut` once on a fresh thread (a scoped one: `fut` may borrow).
+pub fn poll_on_a_new_thread<F: Future + Send>(fut: Pin<&mut F>) -> Poll<F::Output>
+where
+    F::Output: Send,
+{
+    thread::scope(|s| {
+        s.spawn(|| fut.poll(&mut Context::from_waker(Waker::noop())))
+            .join()
+            .unwrap()
+    })
+}

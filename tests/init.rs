@@ -1,0 +1,150 @@
+//! The init protocol (spec semantics 4 and 5): `init` runs at most once per rank, a panicking or
+//! failing `init` inserts nothing and is retried, a reentrant `init` panics clearly, and a slow
+//! `init` delays no reader and no writer of another rank while a second asker of the same rank
+//! waits for it. Test names start with the semantic they check.
+
+mod common;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use common::{addr, parked_rank, within_deadline};
+use ranklocal::{on_behalf_of, Backend, RankLocal};
+
+common::backend_tests! {
+    s4_init_runs_once_per_rank_under_a_race,
+    s4_panicking_init_inserts_nothing_and_is_retried,
+    s4_failing_get_or_try_inserts_nothing,
+    s4_reentrant_init_panics_with_a_clear_message,
+    s5_a_slow_init_delays_no_reader_and_no_other_writer,
+    s5_a_second_asker_waits_for_the_running_init,
+}
+
+/// Threads for the multi-threaded tests: oversubscribes a 2-core machine.
+const THREADS: usize = if cfg!(miri) { 4 } else { 16 };
+
+fn s4_init_runs_once_per_rank_under_a_race<B: Backend>() {
+    let rl = RankLocal::<usize, B>::new();
+    let inits = AtomicUsize::new(0);
+    let (rank, release, h) = parked_rank();
+    let barrier = Barrier::new(THREADS);
+    let addrs: Vec<usize> = thread::scope(|s| {
+        let hs: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (rl, inits, barrier) = (&rl, &inits, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    let v = on_behalf_of(rank, || {
+                        rl.get_or(|| {
+                            inits.fetch_add(1, Ordering::SeqCst);
+                            thread::yield_now();
+                            i
+                        })
+                    });
+                    addr(v)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(inits.load(Ordering::SeqCst), 1, "init ran more than once");
+    assert!(
+        addrs.windows(2).all(|w| w[0] == w[1]),
+        "racers saw different instances"
+    );
+    assert_eq!(rl.len(), 1);
+    drop(release);
+    h.join().unwrap();
+}
+
+fn s4_panicking_init_inserts_nothing_and_is_retried<B: Backend>() {
+    let rl = RankLocal::<u32, B>::new();
+    let r = catch_unwind(AssertUnwindSafe(|| rl.get_or(|| panic!("init failed"))));
+    assert!(r.is_err());
+    assert!(rl.try_get().is_none());
+    assert_eq!(rl.len(), 0);
+    assert_eq!(*rl.get_or(|| 3), 3, "init was not retried");
+    assert_eq!(rl.len(), 1);
+}
+
+fn s4_failing_get_or_try_inserts_nothing<B: Backend>() {
+    let rl = RankLocal::<u32, B>::new();
+    assert_eq!(rl.get_or_try(|| Err::<u32, _>("nope")), Err("nope"));
+    assert!(rl.try_get().is_none());
+    assert_eq!(rl.get_or_try(|| Ok::<_, ()>(4)), Ok(&4));
+    assert_eq!(rl.get_or_try(|| Err::<u32, _>("unused")), Ok(&4));
+}
+
+fn s4_reentrant_init_panics_with_a_clear_message<B: Backend>() {
+    let rl: &'static RankLocal<u32, B> = Box::leak(Box::new(RankLocal::new()));
+    let msg = within_deadline(move || {
+        let err = catch_unwind(AssertUnwindSafe(|| {
+            rl.get_or(|| *rl.get_or(|| 1) + 1);
+        }))
+        .expect_err("reentrant init did not panic");
+        let msg = err
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        // and the RankLocal is still usable afterwards
+        assert!(rl.try_get().is_none());
+        assert_eq!(*rl.get_or(|| 9), 9);
+        msg
+    });
+    assert!(msg.contains("reentrant"), "unclear panic message: {msg:?}");
+}
+
+fn s5_a_slow_init_delays_no_reader_and_no_other_writer<B: Backend>() {
+    let rl: &'static RankLocal<u32, B> = Box::leak(Box::new(RankLocal::new()));
+    let (rank_a, rel_a, ha) = parked_rank();
+    on_behalf_of(rank_a, || rl.get_or(|| 1));
+    let (in_init_tx, in_init_rx) = mpsc::channel();
+    let (finish_tx, finish_rx) = mpsc::channel::<()>();
+    let slow = thread::spawn(move || {
+        *rl.get_or(|| {
+            in_init_tx.send(()).unwrap();
+            finish_rx.recv().unwrap();
+            2
+        })
+    });
+    in_init_rx.recv().unwrap(); // the slow init is running now
+    within_deadline(move || {
+        assert_eq!(rl.get_for(rank_a), Some(&1)); // a reader of another rank
+        assert_eq!(on_behalf_of(rank_a, || *rl.get()), 1);
+        assert_eq!(*rl.get_or(|| 3), 3); // a writer of another rank
+        rl.iter().count()
+    });
+    finish_tx.send(()).unwrap();
+    assert_eq!(slow.join().unwrap(), 2);
+    assert_eq!(rl.len(), 3);
+    drop(rel_a);
+    ha.join().unwrap();
+}
+
+fn s5_a_second_asker_waits_for_the_running_init<B: Backend>() {
+    let rl: &'static RankLocal<u32, B> = Box::leak(Box::new(RankLocal::new()));
+    let (rank, rel, h) = parked_rank();
+    let (in_init_tx, in_init_rx) = mpsc::channel();
+    let (finish_tx, finish_rx) = mpsc::channel::<()>();
+    let first = thread::spawn(move || {
+        *on_behalf_of(rank, || {
+            rl.get_or(|| {
+                in_init_tx.send(()).unwrap();
+                finish_rx.recv().unwrap();
+                10
+            })
+        })
+    });
+    in_init_rx.recv().unwrap();
+    let second = thread::spawn(move || *on_behalf_of(rank, || rl.get_or(|| 20)));
+    thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 20 }));
+    finish_tx.send(()).unwrap();
+    assert_eq!(first.join().unwrap(), 10);
+    assert_eq!(second.join().unwrap(), 10, "second asker ran its own init");
+    drop(rel);
+    h.join().unwrap();
+}
