@@ -12,7 +12,7 @@ use std::sync::{mpsc, Barrier};
 use std::thread;
 
 use common::{addr, parked_rank};
-use ranklocal::{on_behalf_of, Backend, RankId, RankLocal};
+use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     s1_threads_see_distinct_instances_and_the_same_one_each_call,
@@ -23,6 +23,7 @@ common::backend_tests! {
     s6_a_new_rank_local_in_the_same_place_sees_no_old_instance,
     s9_rank_ids_are_unique_and_never_reused,
     iter_is_one_consistent_snapshot,
+    a_held_iterator_is_its_snapshot_after_purge_clear_and_sweep,
 }
 
 /// Threads for the multi-threaded tests: oversubscribes a 2-core machine.
@@ -219,4 +220,59 @@ fn iter_is_one_consistent_snapshot<B: Backend>() {
     assert!(dbg.contains(B::NAME) && dbg.contains("102"), "{dbg}");
     let d: RankLocal<u8, B> = Default::default();
     assert!(d.is_empty());
+}
+
+/// An iterator is its snapshot, also when the version it holds was written by a `purge_exited`,
+/// a `clear` or a sweep: a later first touch in the same trie leaf copies the leaf instead of
+/// changing it in place (found by mutation testing: with the rebuilt or swept version numbered
+/// like its predecessor, the next write mutated the published leaf and the held iterator saw
+/// the new rank).
+fn a_held_iterator_is_its_snapshot_after_purge_clear_and_sweep<B: Backend>() {
+    let ids = |it: ranklocal::Iter<'_, u64, B>| -> Vec<RankId> {
+        let mut v: Vec<RankId> = it.map(|(r, _)| r).collect();
+        v.sort();
+        v
+    };
+    let mut rl = RankLocal::<u64, B>::new();
+    let keep: Vec<Rank> = (0..4).map(|_| Rank::new()).collect();
+    let gone = Rank::new();
+    for r in keep.iter().chain([&gone]) {
+        on_behalf_of(r.id(), || rl.get_or(|| 1));
+    }
+    drop(gone);
+    for round in 0..3 {
+        match round {
+            0 => assert_eq!(rl.purge_exited(), 1),
+            1 => {
+                rl.clear();
+                for r in &keep {
+                    on_behalf_of(r.id(), || rl.get_or(|| 1));
+                }
+            }
+            _ => {
+                let swept = Rank::new();
+                on_behalf_of(swept.id(), || rl.with(|_| ()));
+                drop(swept);
+                assert_eq!(rl.reclaim_exited(), 1);
+            }
+        }
+        let before: Vec<RankId> = {
+            let mut v: Vec<RankId> = keep.iter().map(Rank::id).collect();
+            v.sort();
+            v
+        };
+        let held = rl.iter(); // the version the purge, clear or sweep wrote
+        let newcomer = Rank::new(); // an id next to the others: the same leaf
+        on_behalf_of(newcomer.id(), || rl.get_or(|| 2));
+        let another = Rank::new();
+        on_behalf_of(another.id(), || rl.get_or(|| 3));
+        assert_eq!(
+            ids(held),
+            before,
+            "round {round}: the held iterator saw a later write"
+        );
+        assert_eq!(rl.iter().count(), keep.len() + 2);
+        drop((newcomer, another));
+        assert_eq!(rl.purge_exited(), 2);
+    }
 }

@@ -299,11 +299,17 @@ trait Reenterable: Sync {
 }
 
 impl<B: Backend> Reenterable for RankLocal<Reenter, B> {
+    /// Runs inside the drop, as the dropped value's own (exited) rank: first touches of other
+    /// ranks, and a sweep. (Its own rank's value would be made again: that panics, see
+    /// `a_drop_asking_for_its_own_value_panics_at_the_explicit_call`.)
     fn reenter(&self) {
-        self.with(|_| ());
         let r = Rank::new();
         on_behalf_of(r.id(), || self.with(|_| ()));
+        let s = Rank::new();
+        on_behalf_of(s.id(), || self.with(|_| ()));
+        drop(r);
         self.reclaim_exited();
+        drop(s);
     }
 }
 
@@ -323,9 +329,11 @@ impl Default for Reenter {
 
 impl Drop for Reenter {
     fn drop(&mut self) {
-        self.drops.fetch_add(1, SeqCst);
-        // re-enters the same RankLocal from the sweep's free: must not deadlock
-        self.rl.reenter();
+        // re-enters the same RankLocal from the sweep's free: must not deadlock. Only the first
+        // drop does (the values it makes would re-enter in turn, without end).
+        if self.drops.fetch_add(1, SeqCst) == 0 {
+            self.rl.reenter();
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 
 use crossbeam_epoch::Guard;
 
-use super::instance::{InstancePtr, ESCAPED, SCOPED};
+use super::instance::{self, InstancePtr, ESCAPED, SCOPED};
 use super::reclaim::SweepWhen;
 use super::{RankLocal, Writer};
 use crate::backend::Backend;
@@ -75,6 +75,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         init: impl FnOnce() -> Result<T, E>,
         access: Access,
     ) -> Result<(InstancePtr<T>, Option<Guard>), E> {
+        instance::check_not_dropping(self as *const Self as usize, rank);
         let me = identity::own_raw();
         let protect = || {
             (access == Access::Scoped).then(|| {

@@ -3,6 +3,7 @@
 //! panicking `T::drop` does not stop the others (I10).
 
 use core::any::Any;
+use core::cell::Cell;
 use core::marker::PhantomData;
 use core::panic::AssertUnwindSafe;
 use core::ptr::NonNull;
@@ -10,7 +11,7 @@ use core::ptr::NonNull;
 use crate::delegation::on_behalf_of;
 use crate::erased::Erased;
 use crate::identity::RankId;
-use crate::primitive::{AtomicUsize, Ordering};
+use crate::primitive::{tls, AtomicUsize, Ordering};
 
 /// State of an instance no plain `&T` was handed out for: it may be reclaimed once its rank
 /// exited (I30).
@@ -155,11 +156,26 @@ impl<T> InstancePtr<T> {
 /// # Safety
 /// Every entry is an instance of a `RankLocal<T, _>`'s map (I5) that was removed from it, with no
 /// reference to it left (I6, I4), paired with its rank.
+///
+/// `owner` names the `RankLocal` (its address): while one of its values is dropped, a first
+/// touch of the same rank on it panics ([`check_not_dropping`]).
 #[must_use = "a `T::drop` panic is returned to be re-raised"]
-pub(super) unsafe fn drop_all<T>(entries: Vec<(u64, Erased)>) -> Option<Box<dyn Any + Send>> {
+pub(super) unsafe fn drop_all<T>(
+    owner: usize,
+    entries: Vec<(u64, Erased)>,
+) -> Option<Box<dyn Any + Send>> {
     let mut first = None;
     for (rank, p) in entries {
         let drop_one = || {
+            /// Restores the outer value on return and unwind.
+            struct Restore((usize, u64));
+            impl Drop for Restore {
+                fn drop(&mut self) {
+                    let _ = DROPPING.try_with(|d| d.set(self.0));
+                }
+            }
+            let outer = DROPPING.try_with(|d| d.replace((owner, rank)));
+            let _restore = outer.map(Restore);
             // SAFETY: an entry of the argument, freed once (the loop takes each once, I10); the
             // caller's contract covers the rest (I5, I6).
             on_behalf_of(RankId::from_raw(rank), || unsafe {
@@ -171,4 +187,23 @@ pub(super) unsafe fn drop_all<T>(entries: Vec<(u64, Erased)>) -> Option<Box<dyn 
         }
     }
     first
+}
+
+tls! {
+    /// The `RankLocal` (address) and rank whose value this thread is dropping, `(0, 0)` if none.
+    static DROPPING: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Panics if this thread is dropping `owner`'s value of `rank`: a first touch from inside that
+/// drop would make a new value for the rank, whose drop would make another, without end (std's
+/// `thread_local!` refuses an access from its own destructor too).
+#[track_caller]
+pub(super) fn check_not_dropping(owner: usize, rank: u64) {
+    if DROPPING.try_with(Cell::get) == Ok((owner, rank)) {
+        panic!(
+            "ranklocal: the value of {} on this RankLocal was asked for from inside its own drop \
+             (it would be made again, and dropped again, without end)",
+            RankId::from_raw(rank)
+        );
+    }
 }

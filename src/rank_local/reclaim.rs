@@ -223,7 +223,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // SAFETY: retired instances of this map (I5), unpublished, their cached copies dead (I34)
         // and no reader left: each batch's grace period passed (I32); each in one batch once
         // (I10).
-        let panic = unsafe { drop_all::<T>(entries) };
+        let panic = unsafe { drop_all::<T>(self as *const Self as usize, entries) };
         let mut w = lock(&self.writer);
         let me = identity::own_raw();
         for s in serials {
@@ -443,7 +443,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         }
         // SAFETY: every entry came out of this map (I5) and is no longer in it, and `&mut self`
         // excludes every other user (I6); the uid reset makes cached copies dead (I4).
-        let panic = unsafe { drop_all::<T>(removed) };
+        let panic = unsafe { drop_all::<T>(self as *const Self as usize, removed) };
         if let Some(p) = kept.or(panic) {
             std::panic::resume_unwind(p);
         }
@@ -476,7 +476,7 @@ impl<T, B: Backend> Drop for RankLocal<T, B> {
         // SAFETY: dropping the `RankLocal` — no other user exists (I6, I32); each pointer is an
         // instance of this map (I5), removed from it or retired (I32). The uid dies with `self`
         // and is never reused, so cached copies are dead (I4).
-        let panic = unsafe { drop_all::<T>(removed) };
+        let panic = unsafe { drop_all::<T>(self as *const Self as usize, removed) };
         if let Some(p) = kept.or(panic) {
             // Re-raised unless this drop runs during an unwind (a second panic would abort).
             if !std::thread::panicking() {

@@ -1,0 +1,248 @@
+//! What users of std's `thread_local!`, the `thread_local` crate, tokio and tracing reach for:
+//! `with_or` and `try_with`, the `rank_local!` key's methods, panics at the caller's line, the
+//! iterator traits, `OnBehalfOf: Clone`, `From<&Rank> for RankId`. Stamped over every backend
+//! where a backend is involved.
+
+mod common;
+
+use std::future::Future;
+use std::iter::FusedIterator;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use ranklocal::{on_behalf_of, rank_local, Backend, OnBehalfExt, Rank, RankId, RankLocal};
+
+/// A value with no `Default`: `with_or` builds it on first use and lends it, scoped.
+struct Conn {
+    peer: &'static str,
+    sent: AtomicU32,
+}
+
+fn with_or_builds_once_and_lends<B: Backend>() {
+    let rl = RankLocal::<Conn, B>::new();
+    let inits = AtomicU32::new(0);
+    let open = || {
+        inits.fetch_add(1, Ordering::Relaxed);
+        Conn {
+            peer: "10.0.0.1",
+            sent: AtomicU32::new(0),
+        }
+    };
+    for _ in 0..3 {
+        rl.with_or(open, |c| c.sent.fetch_add(1, Ordering::Relaxed));
+    }
+    assert_eq!(
+        inits.load(Ordering::Relaxed),
+        1,
+        "init ran more than once for one rank"
+    );
+    assert_eq!(rl.with_or(open, |c| c.sent.load(Ordering::Relaxed)), 3);
+    let job = Rank::new();
+    on_behalf_of(job.id(), || {
+        rl.with_or(open, |c| assert_eq!(c.peer, "10.0.0.1"))
+    });
+    assert_eq!(
+        inits.load(Ordering::Relaxed),
+        2,
+        "another rank's init did not run"
+    );
+    // scoped: the exited rank's value is reclaimable
+    drop(job);
+    assert_eq!(rl.reclaim_exited(), 1);
+}
+
+fn try_with_never_creates_and_keeps_nothing<B: Backend>() {
+    let rl = RankLocal::<AtomicU32, B>::new();
+    assert_eq!(rl.try_with(|v| v.load(Ordering::Relaxed)), None);
+    assert!(rl.is_empty(), "try_with created an instance");
+    let job = Rank::new();
+    on_behalf_of(job.id(), || {
+        assert_eq!(rl.try_with(|_| ()), None);
+        rl.with(|v| v.store(4, Ordering::Relaxed));
+        assert_eq!(rl.try_with(|v| v.load(Ordering::Relaxed)), Some(4));
+    });
+    assert_eq!(
+        rl.try_with(|_| ()),
+        None,
+        "another rank's instance was lent"
+    );
+    drop(job);
+    assert_eq!(rl.reclaim_exited(), 1, "try_with escaped the instance");
+}
+
+fn iterators_are_fused_and_iter_mut_exact<B: Backend>() {
+    let mut rl = RankLocal::<u64, B>::new();
+    let ranks: Vec<Rank> = (0..5).map(|_| Rank::new()).collect();
+    for (i, r) in ranks.iter().enumerate() {
+        on_behalf_of(r.id(), || rl.get_or(|| i as u64));
+    }
+    fn fused<I: FusedIterator>(_: &I) {}
+    {
+        let mut it = rl.iter();
+        fused(&it);
+        assert_eq!(it.by_ref().count(), 5);
+        assert!(
+            it.next().is_none() && it.next().is_none(),
+            "Iter resumed after None"
+        );
+    }
+    {
+        let mut it = rl.iter_mut();
+        fused(&it);
+        assert_eq!((it.len(), it.size_hint()), (5, (5, Some(5))));
+        it.next();
+        assert_eq!((it.len(), it.size_hint()), (4, (4, Some(4))));
+        assert_eq!(it.by_ref().count(), 4);
+        assert_eq!(
+            (it.len(), it.next().is_none(), it.next().is_none()),
+            (0, true, true)
+        );
+    }
+    let mut owned = rl.into_iter();
+    fused(&owned);
+    assert_eq!(owned.len(), 5);
+    let mut sum: Vec<u64> = owned.by_ref().map(|(_, v)| v).collect();
+    sum.sort_unstable();
+    assert_eq!(sum, [0, 1, 2, 3, 4]);
+    assert!(owned.next().is_none());
+}
+
+/// `Iter` is `Send` (when `T: Sync`): held across an `.await` in a task that moves threads.
+fn iter_moves_between_threads<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    rl.get_or(|| 5);
+    let it = rl.iter();
+    let sum = std::thread::scope(|s| s.spawn(move || it.map(|(_, v)| *v).sum::<u64>()).join());
+    assert_eq!(sum.unwrap(), 5);
+    fn send_future<F: Future + Send>(f: F) -> F {
+        f
+    }
+    let fut = send_future(async {
+        let it = rl.iter();
+        std::future::ready(()).await; // the iterator lives across an await point
+        it.count()
+    });
+    assert_eq!(common::block_on(fut), 1);
+}
+
+/// A caller's mistake (a reentrant `init`) panics with the caller's file and line, not the
+/// crate's.
+fn reentrant_init_panics_at_the_callers_line<B: Backend>() {
+    // the panic hook is the process's: one test at a time swaps it
+    static HOOK: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = HOOK.lock().unwrap_or_else(|e| e.into_inner());
+    let rl = RankLocal::<u64, B>::new();
+    let location = std::sync::Arc::new(Mutex::new(None));
+    let hook_location = location.clone();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        *hook_location.lock().unwrap() = info.location().map(|l| l.file().to_string());
+    }));
+    let outcome = catch_unwind(AssertUnwindSafe(|| rl.get_or(|| *rl.get_or(|| 1))));
+    std::panic::set_hook(previous);
+    assert!(outcome.is_err());
+    let file = location.lock().unwrap().clone().unwrap_or_default();
+    assert!(
+        file.ends_with("api.rs"),
+        "the panic points into {file}, not the caller"
+    );
+}
+
+common::backend_tests! {
+    with_or_builds_once_and_lends,
+    try_with_never_creates_and_keeps_nothing,
+    iterators_are_fused_and_iter_mut_exact,
+    iter_moves_between_threads,
+    reentrant_init_panics_at_the_callers_line,
+}
+
+rank_local! {
+    static HITS: AtomicU64 = const { AtomicU64::new(0) };
+    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+}
+
+/// The key has what the object has: `len`, `is_empty`, `for_each`, `try_with`,
+/// `reclaim_exited`, `reclaim_exited_blocking`, and `Debug` (what `{:?}` of the `RankLocal`
+/// prints).
+#[test]
+fn a_key_has_what_the_object_has() {
+    let before = HITS.len();
+    assert_eq!(HITS.try_with(|h| h.load(Ordering::Relaxed)), None);
+    HITS.with(|h| h.fetch_add(2, Ordering::Relaxed));
+    assert_eq!(HITS.try_with(|h| h.load(Ordering::Relaxed)), Some(2));
+    let job = Rank::new();
+    on_behalf_of(job.id(), || {
+        HITS.with(|h| h.fetch_add(5, Ordering::Relaxed))
+    });
+    assert_eq!(HITS.len(), before + 2);
+    assert!(!HITS.is_empty());
+    let mut total = 0;
+    HITS.for_each(|_, h| total += h.load(Ordering::Relaxed));
+    assert!(total >= 7);
+    let shown = format!("{HITS:?}");
+    assert!(
+        shown.starts_with("RankLocal { backend: \"epoch\", instances: {"),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("{:?}: 5", job.id())), "{shown}");
+    assert_eq!(shown, format!("{:?}", HITS.as_rank_local()));
+    drop(job);
+    assert_eq!(
+        HITS.reclaim_exited(),
+        1,
+        "the key's with kept the exited rank's value"
+    );
+    let t = std::thread::spawn(|| HITS.with(|h| h.fetch_add(1, Ordering::Relaxed)));
+    t.join().unwrap();
+    HITS.reclaim_exited_blocking();
+    assert_eq!(HITS.len(), before + 1);
+}
+
+/// A key's `with`, `with_for` and `as_rank_local`, and `RankLocal::get_or_default`.
+#[test]
+fn a_keys_scoped_access_and_its_rank_local() {
+    NAMES.with(|n| n.lock().unwrap().push("main"));
+    let job = Rank::new();
+    on_behalf_of(job.id(), || NAMES.with(|n| n.lock().unwrap().push("job")));
+    assert_eq!(
+        NAMES.with_for(job.id(), |n| n.lock().unwrap().clone()),
+        Some(vec!["job"])
+    );
+    assert_eq!(NAMES.with_for(Rank::new().id(), |_| ()), None);
+    let rl = NAMES.as_rank_local();
+    assert_eq!(
+        rl.with_for(RankId::current(), |n| n.lock().unwrap().clone()),
+        Some(vec!["main"])
+    );
+    assert!(
+        std::ptr::eq(rl.get(), NAMES.get()),
+        "as_rank_local is another map"
+    );
+    let plain: RankLocal<AtomicU32> = RankLocal::new();
+    plain.get_or_default().fetch_add(1, Ordering::Relaxed);
+    assert!(std::ptr::eq(plain.get_or_default(), plain.get()));
+    assert_eq!(plain.get().load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn on_behalf_of_futures_clone_as_the_same_rank() {
+    let job = Rank::new();
+    let fut = async { RankId::current() }.on_behalf_of(job.id());
+    let fut2 = std::future::ready(3).on_behalf_of(job.id());
+    let copy = fut2.clone();
+    assert_eq!(copy.rank(), job.id());
+    assert_eq!(common::block_on(copy), 3);
+    assert_eq!(common::block_on(fut2), 3);
+    assert_eq!(common::block_on(fut), job.id());
+}
+
+#[test]
+fn a_rank_reference_converts_to_its_id() {
+    let job = Rank::new();
+    fn takes(id: impl Into<RankId>) -> RankId {
+        id.into()
+    }
+    assert_eq!(takes(&job), job.id());
+    assert_eq!(RankId::from(&job), job.id());
+}
