@@ -7,7 +7,7 @@
 //! Pinning or flushing may run deferred closures on the pinning thread; with the default collector
 //! those include closures any other crate deferred, and one that first-touched a `RankLocal` would
 //! run *inside* its writer, which holds the writer lock, and deadlock (found in review;
-//! `tests/deferred.rs`). This collector only ever runs the crate's own closures, which release a
+//! `tests/collector.rs`). This collector only ever runs the crate's own closures, which release a
 //! version header or set a retired batch's token and run no user code (I18). A side effect: a
 //! thread pinned forever on crossbeam's default collector (another crate's long-held guard) does
 //! not stop this crate's reclamation.

@@ -80,9 +80,9 @@
 //! use ranklocal::RankLocal;
 //! static V: RankLocal<std::cell::RefCell<u32>> = RankLocal::new();
 //! ```
-//! ```compile_fail,E0277
+//! ```compile_fail,E0599
 //! use ranklocal::RankLocal;
-//! let v = RankLocal::<std::rc::Rc<u32>>::new();
+//! let v = RankLocal::<std::rc::Rc<u32>>::new(); // no `new`: its bounds are not met
 //! ```
 //! ```
 //! use ranklocal::RankLocal;
