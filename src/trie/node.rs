@@ -162,26 +162,39 @@ pub(super) fn low_mask(bits: u32) -> u64 {
     }
 }
 
-/// The most spare nodes a [`Scratch`] keeps for reuse: 64 nodes, 33 KiB per map at most.
+/// The most spare nodes a [`Scratch`] keeps for reuse: 64 nodes, 33 KiB per map at most, and
+/// never more than one per 32 entries of the map (16 bytes per rank; at least 4).
 const SPARE_MAX: usize = 64;
 
 /// What a write needs besides the trie: where the nodes it replaces go, and spare nodes to build
 /// its copies in. Spares are nodes the writer freed (dead, I13) and keeps for reuse, so a steady
 /// stream of first touches copies into recycled memory instead of a `malloc`/`free` pair per node
 /// (and the allocator's page churn behind bursts of frees).
-#[derive(Default)]
 pub(crate) struct Scratch {
     /// The nodes the write in progress replaced (I12).
     pub(super) replaced: Vec<NonNull<Node>>,
     /// Dead nodes kept for reuse: no version can reach them and no reader holds them (I13).
     spare: Vec<NonNull<Node>>,
+    /// How many spares to keep at most: set by the writer from the map's size.
+    spare_cap: usize,
 }
 
 impl Scratch {
     pub(crate) const NEW: Scratch = Scratch {
         replaced: Vec::new(),
         spare: Vec::new(),
+        spare_cap: 4,
     };
+
+    /// Keeps at most one spare node per 32 of the map's `entries` (4 to 64).
+    pub(super) fn size_for(&mut self, entries: usize) {
+        self.spare_cap = (entries / 32).clamp(4, SPARE_MAX);
+        while self.spare.len() > self.spare_cap {
+            let Some(n) = self.spare.pop() else { break };
+            // SAFETY: spare nodes are dead and owned by this scratch alone (I13).
+            unsafe { Node::free(n) };
+        }
+    }
 
     /// A node born at `birth` whose slots are `from`'s (a copy), or empty.
     ///
@@ -220,7 +233,7 @@ impl Scratch {
     /// # Safety
     /// As for [`Node::free`]: no version reaches `node` and no one reads it any more (I13).
     pub(super) unsafe fn recycle(&mut self, node: NonNull<Node>) {
-        if self.spare.len() < SPARE_MAX {
+        if self.spare.len() < self.spare_cap {
             self.spare.push(node);
         } else {
             // SAFETY: the caller's contract (I13).
@@ -236,6 +249,12 @@ impl Scratch {
         }
         self.spare = Vec::new();
         self.replaced = Vec::new();
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch::NEW
     }
 }
 

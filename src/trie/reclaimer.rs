@@ -264,6 +264,7 @@ impl<H: ReplacedVersion> Write<'_, H> {
             debug_assert!(r.scratch.replaced.is_empty());
             return;
         };
+        r.scratch.size_for(self.trie.len());
         let seq = self.seq - 1;
         debug_assert!(r.versions.back().is_none_or(|&(s, _)| s < seq));
         r.versions.push_back((seq, old));
