@@ -77,7 +77,7 @@ lazy_global! {
 /// first touch's cost and, in services with many threads, most of the memory the collector held
 /// (each popped node's free waits in the bag of whichever thread collected it). Batching bounds
 /// what waits unflushed to this many replaced versions, process-wide.
-const FLUSH_EVERY: usize = 32;
+const FLUSH_EVERY: usize = 16;
 
 /// Whether [`retire`] hands the writers' bag to the collector now.
 #[derive(Clone, Copy, PartialEq, Eq)]
