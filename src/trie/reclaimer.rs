@@ -26,7 +26,7 @@ pub(crate) trait ReplacedVersion {
 
 /// Whether a buffer of `cap` holding `len` should give half its memory back: a quarter full, and
 /// worth the bother.
-fn drained(len: usize, cap: usize) -> bool {
+pub(super) fn drained(len: usize, cap: usize) -> bool {
     cap > 64 && len < cap / 4
 }
 

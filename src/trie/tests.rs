@@ -402,3 +402,17 @@ fn a_held_pin_costs_linear_work_over_many_writes() {
     // SAFETY: the last version's nodes, only owner (I13).
     unsafe { t.free_nodes() };
 }
+
+/// The shrink rule's boundaries: a buffer gives memory back only when it holds more than 64
+/// slots and is less than a quarter full (halving then keeps pushes amortized O(1): a shrink never
+/// leaves a buffer full).
+#[test]
+fn buffers_shrink_only_above_64_slots_and_below_a_quarter_full() {
+    use super::reclaimer::drained;
+    assert!(!drained(0, 64), "64 slots or fewer are kept");
+    assert!(drained(0, 65));
+    assert!(drained(31, 128));
+    assert!(!drained(32, 128), "a quarter full is kept");
+    assert!(!drained(100, 128));
+    assert!(!drained(128, 128));
+}
