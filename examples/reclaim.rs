@@ -1,6 +1,8 @@
 //! Reclamation of exited ranks' scoped-only instances (issue 19), every backend side by side:
 //! the amortized sweep run by a first touch, rolling windows of live `Rank`s, first touches while
-//! another thread holds an epoch pin, and `Rank::new()` latency during a large sweep.
+//! another thread holds an epoch pin, `Rank::new()` latency during a large sweep, and costs that
+//! could grow with what is held rather than with what an operation handles (requests behind a
+//! held iterator, freeing what piled up behind a held pin).
 //!
 //! ```text
 //! cargo run --release --example reclaim                 # a few minutes; slow arms are capped
@@ -19,7 +21,7 @@ mod support;
 
 use std::collections::{HashSet, VecDeque};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -37,15 +39,17 @@ USAGE: cargo run --release --example reclaim -- [OPTIONS]
 
 OPTIONS:
   --quick           smoke run: small sizes, --reps 1, --cap 10 (seconds)
-  --section LIST    sections to run, e.g. 1,3            [default: 1,2,3,4]
+  --section LIST    sections to run, e.g. 1,3          [default: 1,2,3,4,5]
   --cap SECS        time cap per measurement (one child process, setup
                     included); slower arms show \">cap\"    [default: 30]
   --reps N          runs per measurement, arms taking turns; the median is
-                    shown (slow measurements run once)  [default: 3]
+                    shown (slow measurements run once)  [default: 3;
+                    section 5: 1]
   --max-k K         section 1: only sizes k <= K       [default: 16000]
   --max-window W    section 2: only windows W <= W     [default: 4000]
   --max-touches N   section 3: only sizes n <= N       [default: 32000]
   --entries N       section 4: map size                [default: 1000000]
+  --max-held N      section 5: only sizes n, k <= N    [default: 160000]
   -h, --help        this text
 
 Sections:
@@ -53,7 +57,11 @@ Sections:
   2  rolling windows of W = 16 / 1,000 / 4,000 live Ranks, one per request
   3  n = 8,000 / 32,000 first touches while another thread sits in with_for
   4  Rank::new()+drop latency on another thread while reclaim_exited()
-     sweeps a map of 1,000,000 entries";
+     sweeps a map of 1,000,000 entries
+  5  costs behind what is held: (a) n = 25,000 / 50,000 / 100,000 requests
+     with and without an iter() held over n ranks; (b) reclaim_exited_blocking
+     after a pin held across k = 10,000..80,000 reclaims ends; (c) one
+     reclaim_exited freeing k = 10,000..160,000 ready batches at once";
 
 // ---------------------------------------------------------------------------------------------
 // Arms
@@ -111,6 +119,9 @@ fn measure<B: Backend>(what: &str, n: usize, extra: usize) -> ! {
         "window" => window::<B>(n, extra),
         "pinned" => pinned::<B>(n, extra != 0),
         "stall" => stall::<B>(n, extra),
+        "held_iter" => held_iter::<B>(n, extra != 0),
+        "pin_then_block" => pin_then_block::<B>(n),
+        "ready_batches" => ready_batches::<B>(n),
         _ => support::die("reclaim", &format!("child: unknown measurement {what:?}")),
     }
 }
@@ -306,31 +317,207 @@ fn stall<B: Backend>(n: usize, exited: usize) -> ! {
     ])
 }
 
+/// Section 5a: `n` requests against a map of `n` other ranks, with (`hold`) or without an
+/// `iter()` held over them throughout. The requests' ranks are made interleaved with the map's,
+/// so each request's scoped first touch fills a hole in one of the held version's leaves; then
+/// the request's rank exits and one `reclaim_exited()` reclaims it. Times the `n` requests.
+fn held_iter<B: Backend>(n: usize, hold: bool) -> ! {
+    let rl: RankLocal<u8, B> = RankLocal::new();
+    let (mut requests, mut held) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..2 * n {
+        let r = Rank::new();
+        if i % 2 == 0 {
+            requests.push(r);
+        } else {
+            held.push(r);
+        }
+    }
+    for r in &held {
+        on_behalf_of(r.id(), || {
+            rl.get_or(|| 1);
+        });
+    }
+    let it = hold.then(|| rl.iter());
+    let t = Instant::now();
+    for (i, r) in requests.into_iter().enumerate() {
+        on_behalf_of(r.id(), || rl.with_or(|| 2, |_| ()));
+        drop(r);
+        rl.reclaim_exited();
+        if i % 5000 == 4999 {
+            support::progress(&format!(
+                "{} of {} requests",
+                count(i as u64 + 1),
+                count(n as u64)
+            ));
+        }
+    }
+    let dt = t.elapsed().as_secs_f64();
+    let seen = it.map_or(n, Iterator::count);
+    report(&[
+        ("secs", dt.to_string()),
+        ("per", (dt / n as f64).to_string()),
+        ("seen", seen.to_string()),
+    ])
+}
+
+/// Makes another thread sit in a delegate's scoped read of `rl` (a pin of the crate's collector)
+/// until the returned sender sends or is dropped. Returns the sender, that thread's handle and
+/// the rank it reads (keep it live while the pin is held).
+fn hold_a_pin<T: Send + Sync + 'static, B: Backend>(
+    rl: &'static RankLocal<T, B>,
+    init: fn() -> T,
+) -> (mpsc::Sender<()>, std::thread::JoinHandle<Option<()>>, Rank) {
+    let reader = Rank::new();
+    on_behalf_of(reader.id(), || rl.with_or(init, |_| ()));
+    let id = reader.id();
+    let (in_tx, in_rx) = mpsc::channel();
+    let (out_tx, out_rx) = mpsc::channel::<()>();
+    let h = std::thread::spawn(move || {
+        rl.with_for(id, |_| {
+            in_tx.send(()).unwrap();
+            let _ = out_rx.recv();
+        })
+    });
+    in_rx.recv().unwrap();
+    (out_tx, h, reader)
+}
+
+/// `k` requests on `rl`, each a scoped first touch as a new rank, its exit and one
+/// `reclaim_exited()` (which retires it as a batch of one).
+fn retire_k_batches<T: Send + Sync, B: Backend>(rl: &RankLocal<T, B>, k: usize, init: fn() -> T) {
+    for i in 0..k {
+        let r = Rank::new();
+        on_behalf_of(r.id(), || rl.with_or(init, |_| ()));
+        drop(r);
+        assert_eq!(rl.reclaim_exited(), 1);
+        if i % 5000 == 4999 {
+            support::progress(&format!(
+                "retired {} of {} batches",
+                count(i as u64 + 1),
+                count(k as u64)
+            ));
+        }
+    }
+}
+
+/// Section 5b: another thread holds a pin while `k` requests each retire one batch (which the pin
+/// keeps from being freed); then the pin ends and one `reclaim_exited_blocking()` frees them all.
+/// Times the retiring and that call.
+fn pin_then_block<B: Backend>(k: usize) -> ! {
+    let rl: &'static RankLocal<u8, B> = Box::leak(Box::new(RankLocal::new()));
+    let (release, holder, _reader) = hold_a_pin(rl, || 0);
+    let t = Instant::now();
+    retire_k_batches(rl, k, || 1);
+    let retire = t.elapsed().as_secs_f64();
+    drop(release);
+    assert!(
+        holder.join().unwrap().is_some(),
+        "the holder read its instance"
+    );
+    support::progress("freeing");
+    let t = Instant::now();
+    let _ = rl.reclaim_exited_blocking();
+    let free = t.elapsed().as_secs_f64();
+    report(&[
+        ("retire", retire.to_string()),
+        ("secs", free.to_string()),
+        ("len", rl.len().to_string()),
+    ])
+}
+
+/// Resident set size of this process in bytes (NaN where `/proc/self/statm` is missing; 4 KiB
+/// pages assumed).
+fn rss() -> f64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(f64::NAN, |pages| pages * 4096.0)
+}
+
+/// Drops counted by [`Tick`].
+static TICKS: AtomicUsize = AtomicUsize::new(0);
+
+/// A value that counts its drop in [`TICKS`].
+struct Tick;
+
+impl Drop for Tick {
+    fn drop(&mut self) {
+        TICKS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Section 5c: as 5b, but after the pin ends another thread's scoped reads of another map drive
+/// the collector (its pins collect) with no sweep of `rl`, so that all `k` batches are ready at
+/// once; then one `reclaim_exited()` frees them. Times that call; also the RSS and live heap
+/// grown while the pin was held.
+fn ready_batches<B: Backend>(k: usize) -> ! {
+    let rl: &'static RankLocal<Tick, B> = Box::leak(Box::new(RankLocal::new()));
+    let other: &'static RankLocal<u8, B> = Box::leak(Box::new(RankLocal::new()));
+    let (release, holder, reader) = hold_a_pin(rl, || Tick);
+    let reader = reader.id();
+    on_behalf_of(reader, || other.with_or(|| 0, |_| ()));
+    let (rss0, heap0) = (rss(), support::live());
+    retire_k_batches(rl, k, || Tick);
+    let (rss_grown, heap_grown) = (rss() - rss0, support::live() - heap0);
+    drop(release);
+    assert!(
+        holder.join().unwrap().is_some(),
+        "the holder read its instance"
+    );
+    support::progress("driving the collector");
+    // crossbeam collects a few deferred items every 128 pins
+    std::thread::spawn(move || {
+        for _ in 0..(k / 8 + 100) * 128 {
+            other.with_for(reader, |_| ());
+        }
+    })
+    .join()
+    .unwrap();
+    support::progress("freeing");
+    let before = TICKS.load(Ordering::Relaxed);
+    let t = Instant::now();
+    let _ = rl.reclaim_exited();
+    let one = t.elapsed().as_secs_f64();
+    let freed = TICKS.load(Ordering::Relaxed) - before;
+    report(&[
+        ("secs", one.to_string()),
+        ("freed", freed.to_string()),
+        ("rss", rss_grown.to_string()),
+        ("heap", heap_grown.to_string()),
+    ])
+}
+
 // ---------------------------------------------------------------------------------------------
 // Parent side: runs the children, prints the tables
 // ---------------------------------------------------------------------------------------------
 
+#[derive(Clone)]
 struct Opts {
     quick: bool,
     sections: Vec<u32>,
     cap: Duration,
     reps: usize,
+    /// `--reps` was given (section 5 then repeats too; by default it runs each measurement once).
+    reps_given: bool,
     max_k: usize,
     max_window: usize,
     max_touches: usize,
     entries: usize,
+    max_held: usize,
 }
 
 fn parse(args: &[String]) -> Opts {
     let mut o = Opts {
         quick: false,
-        sections: vec![1, 2, 3, 4],
+        sections: vec![1, 2, 3, 4, 5],
         cap: Duration::from_secs(30),
         reps: 3,
+        reps_given: false,
         max_k: usize::MAX,
         max_window: usize::MAX,
         max_touches: usize::MAX,
         entries: 1_000_000,
+        max_held: usize::MAX,
     };
     let (mut cap, mut reps, mut entries) = (None, None, None);
     let mut it = args.iter();
@@ -350,7 +537,7 @@ fn parse(args: &[String]) -> Opts {
                     .next()
                     .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
                     .unwrap_or_default();
-                if o.sections.is_empty() || o.sections.iter().any(|s| !(1..=4).contains(s)) {
+                if o.sections.is_empty() || o.sections.iter().any(|s| !(1..=5).contains(s)) {
                     support::die("reclaim", "--section takes e.g. 1,3");
                 }
             }
@@ -359,6 +546,7 @@ fn parse(args: &[String]) -> Opts {
             "--max-k" => o.max_k = num(it.next(), "--max-k"),
             "--max-window" => o.max_window = num(it.next(), "--max-window"),
             "--max-touches" => o.max_touches = num(it.next(), "--max-touches"),
+            "--max-held" => o.max_held = num(it.next(), "--max-held"),
             "--entries" => entries = Some(num(it.next(), "--entries").max(100)),
             "--bench" => {}
             other => support::die("reclaim", &format!("unknown option {other:?} (try --help)")),
@@ -374,6 +562,7 @@ fn parse(args: &[String]) -> Opts {
     }
     if let Some(r) = reps {
         o.reps = r;
+        o.reps_given = true;
     }
     if let Some(e) = entries {
         o.entries = e;
@@ -770,6 +959,149 @@ fn section4(o: &Opts) {
     print_notes(&mut notes, o.reps);
 }
 
+fn section5(o: &Opts) {
+    // Once per measurement unless --reps says otherwise: what this section shows is how a cost
+    // scales with the size, over sizes 2x apart, and three runs of it would take half a minute.
+    let o = &Opts {
+        reps: if o.reps_given { o.reps } else { 1 },
+        ..o.clone()
+    };
+    let pick = |quick: &'static [usize], full: &'static [usize]| -> Vec<usize> {
+        let sizes = if o.quick { quick } else { full };
+        sizes.iter().copied().filter(|&n| n <= o.max_held).collect()
+    };
+    println!("5. Costs behind what is held (a held iterator, a held pin)");
+    println!("   Each should stay flat per request or per batch as what is held grows.");
+    println!("   (One run per measurement unless --reps is given.)");
+    println!();
+    println!("5a. n requests behind an iter() held over a map of n ranks");
+    println!("   each request: a scoped first touch as a new rank (between the map's ranks,");
+    println!("   so in the held version's leaves), its exit, one reclaim_exited().");
+    println!(
+        "{:>7}  {:<8} {:>12} {:>12} {:>10}",
+        "n", "backend", "no iter", "iter held", "x no iter"
+    );
+    let (mut capped, mut notes) = (HashSet::new(), Vec::new());
+    for n in pick(&[5_000, 20_000], &[25_000, 50_000, 100_000]) {
+        let cells = run_cells(
+            o,
+            "held_iter",
+            n,
+            &[(0, "no iter"), (1, "iter held")],
+            &mut capped,
+            &mut notes,
+        );
+        for arm in ARMS {
+            let (free, held) = (cell(&cells, arm, 0), cell(&cells, arm, 1));
+            let x = if free.runs.is_empty() || held.runs.is_empty() {
+                "-".into()
+            } else {
+                ratio(held.med("per") / free.med("per"))
+            };
+            println!(
+                "{:>7}  {:<8} {:>12} {:>12} {:>10}{}",
+                count(n as u64),
+                arm.name(),
+                free.show("per", o.cap, |s| format!("{}/req", secs(s))),
+                held.show("per", o.cap, |s| format!("{}/req", secs(s))),
+                x,
+                if free.mark(o.reps).is_empty() {
+                    held.mark(o.reps)
+                } else {
+                    "*"
+                }
+            );
+            for f in &held.runs {
+                if f.f64("seen") != n as f64 {
+                    notes.push(format!(
+                        "held_iter {} {}: the held iterator saw {} ranks, not {n}",
+                        arm.name(),
+                        count(n as u64),
+                        f.get("seen").unwrap_or("?")
+                    ));
+                }
+            }
+        }
+    }
+    println!("  no iter    time of the n requests / n, nothing held");
+    println!("  iter held  the same with one iter() over the map's n ranks held throughout");
+    println!("  x no iter  iter held / no iter (flat in n: a held iterator costs a write O(1))");
+    print_notes(&mut notes, o.reps);
+
+    println!("5b. reclaim_exited_blocking() after a pin held across k batches ends");
+    println!("   another thread sits in with_for while k requests each retire one batch");
+    println!("   (reclaim_exited() of one exited rank); then the pin ends and one");
+    println!("   reclaim_exited_blocking() frees the k batches.");
+    println!(
+        "{:>7}  {:<8} {:>9} {:>9} {:>11}",
+        "k", "backend", "retiring", "freeing", "per batch"
+    );
+    let mut capped = HashSet::new();
+    for k in pick(&[4_000, 16_000], &[10_000, 20_000, 40_000, 80_000]) {
+        let cells = run_cells(o, "pin_then_block", k, &[(0, "")], &mut capped, &mut notes);
+        for arm in ARMS {
+            let c = cell(&cells, arm, 0);
+            println!(
+                "{:>7}  {:<8} {:>9} {:>9} {:>11}{}",
+                count(k as u64),
+                arm.name(),
+                c.other("retire", secs),
+                c.show("secs", o.cap, secs),
+                c.other("secs", |s| secs(s / k as f64)),
+                c.mark(o.reps)
+            );
+            for f in &c.runs {
+                if f.f64("len") != 1.0 {
+                    notes.push(format!(
+                        "pin_then_block {} {}: len() {} after the blocking call, not 1",
+                        arm.name(),
+                        count(k as u64),
+                        f.get("len").unwrap_or("?")
+                    ));
+                }
+            }
+        }
+    }
+    println!("  retiring   the k requests while the pin was held");
+    println!("  freeing    the one reclaim_exited_blocking() call after the pin ended");
+    println!("  per batch  freeing / k (flat in k: no wait per batch)");
+    print_notes(&mut notes, o.reps);
+
+    println!("5c. One reclaim_exited() freeing k ready batches at once");
+    println!("   as 5b, but after the pin ends another thread's scoped reads of another map");
+    println!("   drive the collector (no sweep of this one): all k batches are ready, and one");
+    println!("   reclaim_exited() frees them.");
+    println!(
+        "{:>7}  {:<8} {:>8} {:>9} {:>10} {:>10} {:>10}",
+        "k", "backend", "freed", "one call", "per batch", "RSS/batch", "heap/batch"
+    );
+    let mut capped = HashSet::new();
+    for k in pick(&[4_000, 16_000], &[10_000, 20_000, 40_000, 80_000, 160_000]) {
+        let cells = run_cells(o, "ready_batches", k, &[(0, "")], &mut capped, &mut notes);
+        for arm in ARMS {
+            let c = cell(&cells, arm, 0);
+            let freed = c.med("freed");
+            println!(
+                "{:>7}  {:<8} {:>8} {:>9} {:>10} {:>10} {:>10}{}",
+                count(k as u64),
+                arm.name(),
+                c.other("freed", |n| count(n as u64)),
+                c.show("secs", o.cap, secs),
+                c.other("secs", |s| secs(s / freed.max(1.0))),
+                c.other("rss", |b| bytes(b / k as f64)),
+                c.other("heap", |b| bytes(b / k as f64)),
+                c.mark(o.reps)
+            );
+        }
+    }
+    println!("  freed      values that one reclaim_exited() dropped (k: all were ready)");
+    println!("  one call   its time; per batch = one call / freed (flat in k: linear)");
+    println!("  RSS/batch  resident set grown while the pin was held, / k");
+    println!("  heap/batch live heap grown while the pin was held, / k (the price of a");
+    println!("             held pin: what it keeps from being freed)");
+    print_notes(&mut notes, o.reps);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--child") {
@@ -789,7 +1121,8 @@ fn main() {
             1 => section1(&o),
             2 => section2(&o),
             3 => section3(&o),
-            _ => section4(&o),
+            4 => section4(&o),
+            _ => section5(&o),
         }
     }
     println!("total {}", secs(t0.elapsed().as_secs_f64()));

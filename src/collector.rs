@@ -116,18 +116,53 @@ pub(crate) unsafe fn retire<F: FnOnce()>(f: F, flush: Flush) {
 /// what is due; also flushes this thread's own bag if it has one (what it holds — the frees of
 /// queue nodes its pins collected — otherwise waits until it fills up or the thread exits).
 pub(crate) fn flush() {
-    {
-        let mut w = lock(&WRITERS);
-        w.unflushed = 0;
-        w.with(|h| h.pin().flush());
-    }
+    flush_writers();
     let _ = HANDLE.try_with(|h| h.pin().flush());
 }
 
+/// Hands everything the writers deferred to the collector and tries to advance the epoch and run
+/// what is due, through the writers' participant only (a thread that only writes registers no
+/// participant of its own, I37).
+pub(crate) fn flush_writers() {
+    let mut w = lock(&WRITERS);
+    w.unflushed = 0;
+    w.with(|h| h.pin().flush());
+}
+
 /// `true` while this thread holds a pin of the crate's collector (a scoped read that is not the
-/// live owner's, a `for_each`, a lookup in progress).
+/// live owner's, a `for_each`, a lookup in progress), also during thread teardown.
 pub(crate) fn is_pinned() -> bool {
-    HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false)
+    HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false) || LATE_PINS.with(Cell::get) > 0
+}
+
+tls! {
+    /// Pins this thread took through a temporary participant, its own being gone (thread
+    /// teardown): `is_pinned` cannot ask that participant. No destructor: readable at any time.
+    static LATE_PINS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A pin of the crate's collector: a crossbeam `Guard` (which it derefs to), and for a pin taken
+/// during thread teardown the record [`is_pinned`] reads.
+pub(crate) struct Pin {
+    guard: Guard,
+    late: bool,
+}
+
+impl core::ops::Deref for Pin {
+    type Target = Guard;
+    #[inline]
+    fn deref(&self) -> &Guard {
+        &self.guard
+    }
+}
+
+impl Drop for Pin {
+    #[inline]
+    fn drop(&mut self) {
+        if self.late {
+            LATE_PINS.with(|n| n.set(n.get() - 1));
+        }
+    }
 }
 
 tls! {
@@ -141,11 +176,22 @@ const PINS_BETWEEN_FLUSHES: u32 = 128;
 /// Pins this thread on the crate's collector (I18). During thread teardown, once `HANDLE` is gone,
 /// a temporary handle is registered for the pin (as crossbeam's own `epoch::pin` does).
 #[inline]
-pub(crate) fn pin() -> Guard {
+pub(crate) fn pin() -> Pin {
     crate::counters::bump!(PINS);
-    HANDLE
-        .try_with(LocalHandle::pin)
-        .unwrap_or_else(|_| COLLECTOR.register().pin())
+    match HANDLE.try_with(LocalHandle::pin) {
+        Ok(guard) => Pin { guard, late: false },
+        Err(_) => late_pin(),
+    }
+}
+
+/// [`pin`] during thread teardown, once `HANDLE` is gone.
+#[cold]
+fn late_pin() -> Pin {
+    LATE_PINS.with(|n| n.set(n.get() + 1));
+    Pin {
+        guard: COLLECTOR.register().pin(),
+        late: true,
+    }
 }
 
 /// Counts a pin a slow path made (a first touch, a scoped lookup that missed the thread cache, a

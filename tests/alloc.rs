@@ -1,6 +1,7 @@
 //! Allocation behaviour, measured with a counting global allocator (spec semantics 5 and 7):
 //! once instances exist, lookups allocate nothing; snapshots retired by inserts are freed, so the
-//! live heap grows with the number of ranks, not with the number of inserts or lookups.
+//! live heap grows with the number of ranks, not with the number of inserts or lookups; the
+//! inboxes and exit watchers of short-lived `RankLocal`s and ranks do not pile up.
 //!
 //! Its own binary: it installs a counting global allocator.
 
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Mutex;
 
 use common::exited_thread_ranks;
-use ranklocal::{on_behalf_of, rank_local, Backend, Epoch, RankId, RankLocal};
+use ranklocal::{on_behalf_of, rank_local, Backend, Epoch, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
@@ -31,6 +32,8 @@ common::backend_tests! {
     requests_on_many_threads_do_not_grow_the_heap,
     #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
     repeated_iters_keep_nothing,
+    #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
+    inboxes_and_exit_watchers_do_not_grow_the_heap,
 }
 
 struct Counting;
@@ -471,4 +474,61 @@ fn repeated_iters_keep_nothing<B: Backend>() {
         "{}: {grew} B kept after 4,000 iter() calls",
         B::NAME
     );
+}
+
+/// Live-heap growth per round over `rounds` calls of `f`, after `warm` calls.
+fn growth_per_round(warm: usize, rounds: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..warm {
+        f();
+    }
+    let before = LIVE_BYTES.load(Ordering::SeqCst);
+    for _ in 0..rounds {
+        f();
+    }
+    (LIVE_BYTES.load(Ordering::SeqCst) - before) as f64 / rounds as f64
+}
+
+/// What a scoped first touch registers stays bounded however many `RankLocal`s or ranks come and
+/// go: the inbox a rank's exit is delivered to, on each rank's list of watchers. Three kinds of
+/// round, each repeated 20,000 times, none growing the heap (under 8 bytes a round: keeping even
+/// one pointer a round would reach it):
+/// - a long-lived rank and this thread touch a new, short-lived `RankLocal` (scoped, so each asks
+///   for the rank's exit): dropped `RankLocal`s' inboxes are pruned from the ranks' watcher lists;
+/// - a long-lived rank touches one `RankLocal` again after each `clear`: its watcher list holds
+///   the same inbox once;
+/// - a short-lived rank touches one long-lived `RankLocal` (scoped), with no explicit
+///   reclamation: the amortized sweeps keep its inbox and its map bounded.
+///
+/// Found in review 5 (adversarial), an attack the implementation withstood.
+fn inboxes_and_exit_watchers_do_not_grow_the_heap<B: Backend>() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const ROUNDS: usize = 20_000;
+    let job = Rank::new();
+    let short_lived_rank_locals = growth_per_round(1_000, ROUNDS, || {
+        let rl: RankLocal<u8, B> = RankLocal::new();
+        on_behalf_of(job.id(), || rl.with(|_| ()));
+        rl.with(|_| ());
+    });
+    let mut cleared: RankLocal<u8, B> = RankLocal::new();
+    let a_cleared_rank_local = growth_per_round(1_000, ROUNDS, || {
+        on_behalf_of(job.id(), || cleared.with(|_| ()));
+        cleared.clear();
+    });
+    let long_lived: RankLocal<[u64; 8], B> = RankLocal::new();
+    let short_lived_ranks = growth_per_round(10_000, ROUNDS, || {
+        let r = Rank::new();
+        on_behalf_of(r.id(), || long_lived.with(|_| ()));
+    });
+    for (what, grew) in [
+        ("short-lived RankLocals", short_lived_rank_locals),
+        ("a cleared RankLocal", a_cleared_rank_local),
+        ("short-lived ranks", short_lived_ranks),
+    ] {
+        eprintln!("{}: {what}: {grew:.3} B per round", B::NAME);
+        assert!(
+            grew < 8.0,
+            "{}: {what}: the heap grows by {grew:.2} B per round",
+            B::NAME
+        );
+    }
 }

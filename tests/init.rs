@@ -1,7 +1,8 @@
 //! The init protocol (spec semantics 4 and 5): `init` runs at most once per rank, a panicking or
 //! failing `init` inserts nothing and is retried, a reentrant `init` panics clearly, and a slow
 //! `init` delays no reader and no writer of another rank while a second asker of the same rank
-//! waits for it. Test names start with the semantic they check.
+//! waits for it (and every waiter wakes, also after panicking and failing inits). Test names start
+//! with the semantic they check.
 
 mod common;
 
@@ -12,7 +13,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::{addr, parked_rank, within_deadline};
-use ranklocal::{on_behalf_of, Backend, RankLocal};
+use ranklocal::{on_behalf_of, Backend, Rank, RankLocal};
 
 common::backend_tests! {
     s4_init_runs_once_per_rank_under_a_race,
@@ -21,6 +22,7 @@ common::backend_tests! {
     s4_reentrant_init_panics_with_a_clear_message,
     s5_a_slow_init_delays_no_reader_and_no_other_writer,
     s5_a_second_asker_waits_for_the_running_init,
+    s5_panicking_and_failing_inits_wake_every_waiter,
 }
 
 /// Threads for the multi-threaded tests: oversubscribes a 2-core machine.
@@ -147,4 +149,75 @@ fn s5_a_second_asker_waits_for_the_running_init<B: Backend>() {
     assert_eq!(second.join().unwrap(), 10, "second asker ran its own init");
     drop(rel);
     h.join().unwrap();
+}
+
+/// A value with drop glue, as most real values have.
+struct NeedsDrop;
+
+impl Drop for NeedsDrop {
+    fn drop(&mut self) {}
+}
+
+/// The claim protocol under panicking and failing inits: several threads ask for the same ranks;
+/// each rank's first init panics, its second errs, its third succeeds. Every waiter wakes (no
+/// lost wakeup), each rank ends with exactly one value, made by exactly one successful init.
+///
+/// Found in review 5 (adversarial), an attack the implementation withstood.
+fn s5_panicking_and_failing_inits_wake_every_waiter<B: Backend>() {
+    let ranks_n = if cfg!(miri) { 3 } else { 64 };
+    let threads = if cfg!(miri) { 3 } else { 6 };
+    let rl: &'static RankLocal<(usize, NeedsDrop), B> = common::leak(RankLocal::new());
+    let ranks: &'static [Rank] = Box::leak((0..ranks_n).map(|_| Rank::new()).collect());
+    let attempts: &'static [AtomicUsize] =
+        Box::leak((0..ranks_n).map(|_| AtomicUsize::new(0)).collect());
+    let successes = common::counter();
+    within_deadline(move || {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                thread::spawn(move || {
+                    for round in 0..3 {
+                        for k in 0..ranks_n {
+                            let i = (k + t * 7 + round) % ranks_n;
+                            let r = catch_unwind(AssertUnwindSafe(|| {
+                                on_behalf_of(ranks[i].id(), || {
+                                    rl.get_or_try(|| {
+                                        thread::yield_now(); // let the others queue up
+                                        match attempts[i].fetch_add(1, Ordering::SeqCst) {
+                                            0 => panic!("first init panics"),
+                                            1 => Err("second init fails"),
+                                            _ => {
+                                                successes.fetch_add(1, Ordering::SeqCst);
+                                                Ok((i, NeedsDrop))
+                                            }
+                                        }
+                                    })
+                                    .map(|v| v.0)
+                                })
+                            }));
+                            if let Ok(Ok(v)) = r {
+                                assert_eq!(v, i);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+    for (i, r) in ranks.iter().enumerate() {
+        // three rounds of asks made sure every rank has its value
+        let v = on_behalf_of(r.id(), || {
+            rl.get_or_try(|| Err::<(usize, NeedsDrop), &str>("no value after three rounds"))
+                .map(|v| v.0)
+        });
+        assert_eq!(v, Ok(i));
+    }
+    assert_eq!(
+        successes.load(Ordering::SeqCst),
+        ranks_n,
+        "an init succeeded twice"
+    );
+    assert_eq!(rl.len(), ranks_n);
 }

@@ -12,7 +12,7 @@ use std::sync::{mpsc, Barrier};
 use std::thread;
 
 use common::{addr, parked_rank};
-use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
+use ranklocal::{on_behalf_of, Backend, Iter, IterMut, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     s1_threads_see_distinct_instances_and_the_same_one_each_call,
@@ -24,6 +24,7 @@ common::backend_tests! {
     s9_rank_ids_are_unique_and_never_reused,
     iter_is_one_consistent_snapshot,
     a_held_iterator_is_its_snapshot_after_purge_clear_and_sweep,
+    iter_crosses_threads_and_keeps_its_snapshot,
 }
 
 /// Threads for the multi-threaded tests: oversubscribes a 2-core machine.
@@ -275,4 +276,53 @@ fn a_held_iterator_is_its_snapshot_after_purge_clear_and_sweep<B: Backend>() {
         drop((newcomer, another));
         assert_eq!(rl.purge_exited(), 2);
     }
+}
+
+/// The iterators' auto traits (I7): `Iter` is `Send + Sync` for a `Sync` value, `IterMut` is
+/// `Send` for a `Send` value. An `Iter` moved to another thread and consumed there while the map
+/// is written keeps its snapshot (I15); `IterMut`'s exact size counts down as it is consumed.
+///
+/// Found in review 5 (adversarial), an attack the implementation withstood.
+fn iter_crosses_threads_and_keeps_its_snapshot<B: Backend>() {
+    fn send_sync<X: Send + Sync>(_: &X) {}
+    fn send<X: Send>(_: &X) {}
+    let mut rl = RankLocal::<AtomicUsize, B>::new();
+    let ranks: Vec<Rank> = (0..8).map(|_| Rank::new()).collect();
+    for r in &ranks {
+        on_behalf_of(r.id(), || {
+            rl.get().store(r.id().as_u64() as usize, Ordering::SeqCst)
+        });
+    }
+    {
+        let it: Iter<'_, AtomicUsize, B> = rl.iter();
+        send_sync(&it);
+        let rl = &rl;
+        thread::scope(|s| {
+            let h = s.spawn(move || {
+                let mut n = 0;
+                for (rank, v) in it {
+                    assert_eq!(v.load(Ordering::SeqCst), rank.as_u64() as usize);
+                    n += 1;
+                }
+                n
+            });
+            // writes meanwhile: new versions, replaced nodes
+            let more: Vec<Rank> = (0..64).map(|_| Rank::new()).collect();
+            for r in &more {
+                on_behalf_of(r.id(), || {
+                    rl.get().store(r.id().as_u64() as usize, Ordering::SeqCst)
+                });
+            }
+            assert_eq!(h.join().unwrap(), 8, "the iterator saw another snapshot");
+        });
+    }
+    let mut it: IterMut<'_, AtomicUsize, B> = rl.iter_mut();
+    send(&it);
+    let total = it.len();
+    for left in (0..total).rev() {
+        assert!(it.next().is_some());
+        assert_eq!(it.len(), left);
+    }
+    assert!(it.next().is_none());
+    assert_eq!(total, 72);
 }

@@ -1,8 +1,9 @@
 //! Reclamation of exited ranks' scoped-only instances without `&mut` (I30–I35): `reclaim_exited`
-//! and the amortized sweep of a first touch drop what no plain `&T` escaped, exactly once, and
-//! never while a scoped reader (`with`, `with_for`, `for_each`) or a delegate's cache entry can
-//! still reach it; plain `&T`s (`get`, `get_for`, `iter`) racing sweeps stay alive. `purge_exited`
-//! (with `&mut`) is `exited.rs`'s subject.
+//! and the amortized sweep of a first touch drop what no plain `&T` escaped, exactly once (first
+//! touches alone, with no explicit call, drop everything their sweeps took), and never while a
+//! scoped reader (`with`, `with_for`, `for_each`) or a delegate's cache entry can still reach it;
+//! plain `&T`s (`get`, `get_for`, `iter`) racing sweeps stay alive. `purge_exited` (with `&mut`)
+//! is `exited.rs`'s subject.
 
 mod common;
 
@@ -34,6 +35,7 @@ common::backend_tests! {
     get_for_races_a_sweep,
     iter_races_scoped_inserts,
     a_delegates_get_of_an_exited_rank_races_a_sweep,
+    first_touches_alone_drop_every_value_their_sweeps_took,
 }
 
 /// A dropped `Rank`'s scoped-only instance is reclaimed by `reclaim_exited` (a live rank's is
@@ -649,4 +651,45 @@ fn a_delegates_get_of_an_exited_rank_races_a_sweep<B: Backend>() {
     for s in &handed {
         assert!(!d.contains(s), "instance {s} handed out by get was dropped");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Amortized sweeps with no explicit reclamation.
+
+/// First touches alone, with no explicit reclamation call, drop every value their amortized
+/// sweeps took: 64 exited ranks' scoped values are all dropped within 10,000 first touches of live
+/// ranks (escaped ones: a first touch that lends no instance).
+///
+/// Found in review 5 (adversarial). Before the fix, a first touch's sweep left its batch's token
+/// in the writers' shared bag, which on `ArcSwap` and `Baseline` (whose writes retire nothing
+/// else) went to the collector only after 15 more sweeps process-wide, so the last sweeps' values
+/// stayed for as long as the map stayed quiet. (Run alone to see it fail: other tests' explicit
+/// reclamation drives the collector.)
+fn first_touches_alone_drop_every_value_their_sweeps_took<B: Backend>() {
+    let exited = if cfg!(miri) { 32 } else { 64 };
+    let touches = if cfg!(miri) { 500 } else { 10_000 };
+    let drops = counter();
+    let rl: RankLocal<Counted<'static>, B> = RankLocal::new();
+    for _ in 0..exited {
+        let r = Rank::new();
+        on_behalf_of(r.id(), || rl.with_or(|| Counted::new(drops), |_| ()));
+        drop(r);
+    }
+    let others = counter();
+    let mut keep = Vec::new();
+    for _ in 0..touches {
+        if drops.load(SeqCst) == exited {
+            break;
+        }
+        let r = Rank::new();
+        on_behalf_of(r.id(), || rl.get_or(|| Counted::new(others)));
+        keep.push(r);
+    }
+    assert_eq!(
+        drops.load(SeqCst),
+        exited,
+        "after {} first touches (each may sweep), {} of {exited} exited ranks' values were dropped",
+        keep.len(),
+        drops.load(SeqCst)
+    );
 }

@@ -1,5 +1,7 @@
 //! Access while a thread exits: from thread-local destructors that run before or after the
-//! thread's exit hook (spec semantic 8), it works or panics clearly, never undefined behaviour.
+//! thread's exit hook (spec semantic 8), it works or panics clearly, never undefined behaviour;
+//! after the crate's collector handle is gone too, a pinned read and `reclaim_exited` work and
+//! `reclaim_exited_blocking` inside the read panics as it does on a live thread.
 //!
 //! Its own binary, whose tests run one at a time (`serial`): `s8_` re-runs itself in a child
 //! process, and the first touch from a late destructor must not share the collector with other
@@ -13,15 +15,20 @@ use std::sync::atomic::{AtomicUsize, Ordering, Ordering::SeqCst};
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::thread;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use common::{
-    backend_module, count_defaults_in, counter, exit_ranks, leak, Counted, SWEEPS_WHILE_LENT,
+    backend_module, count_defaults_in, counter, exit_ranks, leak, panic_message, Counted, DEADLOCK,
+    SWEEPS_WHILE_LENT,
 };
-use ranklocal::{on_behalf_of, rank_local, Backend, RankId, RankLocal};
+use ranklocal::{on_behalf_of, rank_local, Backend, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     s8_access_from_a_thread_local_destructor_is_defined,
     access_from_tls_destructors_after_the_exit_hook,
     a_first_touch_from_a_tls_destructor_after_the_exit_hook_outlives_f,
+    a_pinned_read_and_reclaim_from_a_late_tls_destructor_return,
+    blocking_reclaim_inside_with_for_in_a_late_tls_destructor_panics,
 }
 
 /// Runs this binary's tests one at a time.
@@ -296,4 +303,103 @@ fn a_first_touch_from_a_tls_destructor_after_the_exit_hook_outlives_f<B: Backend
         1,
         "the instance lent to f in a TLS destructor was dropped while f borrowed it (2) or f never ran (0)"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pinned reads from a thread-local destructor that runs after the crate's own
+
+/// Runs a closure when the thread's thread-locals are destroyed.
+struct AtExit(RefCell<Option<Box<dyn FnOnce()>>>);
+
+impl Drop for AtExit {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.borrow_mut().take() {
+            f();
+        }
+    }
+}
+
+std::thread_local! {
+    static AT_EXIT: AtExit = const { AtExit(RefCell::new(None)) };
+}
+
+/// A live rank with a scoped value in `rl`, and an exited one's scoped value for a reclamation
+/// to retire. Returns the live rank's id (the rank is leaked: it stays live).
+fn live_and_exited_scoped_values<B: Backend>(rl: &RankLocal<u64, B>) -> RankId {
+    let live = leak(Rank::new()).id();
+    on_behalf_of(live, || rl.with(|_| ()));
+    let gone = Rank::new();
+    on_behalf_of(gone.id(), || rl.with(|_| ()));
+    drop(gone);
+    live
+}
+
+/// Runs `at_exit`, on a fresh thread, in a thread-local destructor that runs after the crate's
+/// own (the exit hook and the collector handle): registered before the thread first uses the
+/// crate, it is destroyed after them.
+fn in_a_late_tls_destructor<B: Backend>(
+    rl: &'static RankLocal<u64, B>,
+    live: RankId,
+    at_exit: impl FnOnce() + 'static + Send,
+) {
+    thread::spawn(move || {
+        AT_EXIT.with(|a| *a.0.borrow_mut() = Some(Box::new(at_exit)));
+        // now the crate's thread-locals: the exit hook and the collector handle (a pinned read)
+        assert_eq!(rl.with_for(live, |v| *v), Some(0));
+    });
+}
+
+/// A pinned read (`with_for`) in a thread-local destructor that runs after the crate's own, its
+/// collector handle gone, works through a temporary handle, and so does a `reclaim_exited`
+/// inside it.
+///
+/// Found in review 5 (adversarial), as the control of
+/// `blocking_reclaim_inside_with_for_in_a_late_tls_destructor_panics`: withstood.
+fn a_pinned_read_and_reclaim_from_a_late_tls_destructor_return<B: Backend>() {
+    let _serial = serial();
+    let rl: &'static RankLocal<u64, B> = leak(RankLocal::new());
+    let live = live_and_exited_scoped_values(rl);
+    let (tx, rx) = mpsc::channel::<Option<u64>>();
+    in_a_late_tls_destructor(rl, live, move || {
+        let v = rl.with_for(live, |v| {
+            rl.reclaim_exited();
+            *v
+        });
+        let _ = tx.send(v);
+    });
+    assert_eq!(rx.recv_timeout(DEADLOCK), Ok(Some(0)));
+}
+
+/// `reclaim_exited_blocking` inside a pinned read (`with_for`) in a thread-local destructor that
+/// runs after the crate's own panics with its "called inside a scoped read" message, as it does
+/// on a live thread, instead of waiting for its own pin.
+///
+/// Found in review 5 (adversarial). Before the fix, the "is this thread pinned?" check asked the
+/// thread's collector handle, which answered "no" once destroyed although the read was pinned
+/// through a temporary handle, so the call waited for its own pin forever (and the thread never
+/// exited).
+fn blocking_reclaim_inside_with_for_in_a_late_tls_destructor_panics<B: Backend>() {
+    let _serial = serial();
+    let rl: &'static RankLocal<u64, B> = leak(RankLocal::new());
+    let live = live_and_exited_scoped_values(rl); // the exited one's value: something to wait for
+    let (tx, rx) = mpsc::channel::<Result<(), String>>();
+    in_a_late_tls_destructor(rl, live, move || {
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            rl.with_for(live, |_| rl.reclaim_exited_blocking());
+        }));
+        let _ = tx.send(r.map_err(|p| panic_message(&*p)));
+    });
+    match rx.recv_timeout(DEADLOCK) {
+        Ok(Err(msg)) => assert!(
+            msg.contains("reclaim_exited_blocking called inside a scoped read"),
+            "unclear message: {msg}"
+        ),
+        Ok(Ok(())) => {
+            panic!("reclaim_exited_blocking inside with_for returned instead of panicking")
+        }
+        Err(_) => panic!(
+            "hang: reclaim_exited_blocking inside with_for in a late thread-local destructor \
+             waits for its own pin"
+        ),
+    }
 }

@@ -10,13 +10,11 @@
 //! the lock, publishes, and ends the claim; if `init` panics or errs, a drop guard ends the claim
 //! and nothing is inserted, so the next call tries again.
 
-use crossbeam_epoch::Guard;
-
 use super::instance::{self, InstancePtr, ESCAPED, SCOPED};
-use super::reclaim::SweepWhen;
+use super::reclaim::{FreeLater, SweepWhen};
 use super::{RankLocal, Writer};
 use crate::backend::Backend;
-use crate::collector::{count_pin, pin};
+use crate::collector::{count_pin, pin, Pin};
 use crate::identity::{self, RankId};
 use crate::primitive::{lock, wait, Ordering};
 
@@ -63,6 +61,16 @@ fn end_claim(w: &mut Writer, rank: u64) -> bool {
     w.claim_waiters > 0
 }
 
+/// An instance lent to a caller: the pin that protects it, if it needs one (I33), and batches a
+/// sweep readied meanwhile. Fields drop in order: the pin first, then the batches are freed, so no
+/// other rank's value is dropped while this one is pinned (a value's `Drop` may want to wait for
+/// a grace period).
+pub(super) struct Lent<'a, T: Send + Sync, B: Backend> {
+    pub(super) p: InstancePtr<T>,
+    pub(super) pin: Option<Pin>,
+    pub(super) _frees: FreeLater<'a, T, B>,
+}
+
 impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// First touch of `rank` (step 3 of a lookup): the init protocol in the module docs. Returns
     /// the instance, ESCAPED for [`Access::Escaped`] (I31), and for [`Access::Scoped`] a pin taken
@@ -74,7 +82,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         rank: u64,
         init: impl FnOnce() -> Result<T, E>,
         access: Access,
-    ) -> Result<(InstancePtr<T>, Option<Guard>), E> {
+    ) -> Result<Lent<'_, T, B>, E> {
         instance::check_not_dropping(self as *const Self as usize, rank);
         let me = identity::own_raw();
         let protect = || {
@@ -99,7 +107,11 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                     // ESCAPED (I30); the lock orders it before any later sweep.
                     st.store(ESCAPED, Ordering::Relaxed);
                 }
-                return Ok((p, protect()));
+                return Ok(Lent {
+                    p,
+                    pin: protect(),
+                    _frees: FreeLater::nothing(self),
+                });
             }
             match w.claims.iter().find(|c| c.rank == rank) {
                 None => break,
@@ -148,8 +160,12 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         if wake {
             self.claim_ended.notify_all();
         }
-        // Outside the writer lock; a `T::drop` panic is kept for an explicit reclamation call.
-        self.free_ready(ready);
-        Ok((p, guard))
+        // Freed outside the writer lock, after the caller let go of `guard`; a `T::drop` panic
+        // is kept for an explicit reclamation call.
+        Ok(Lent {
+            p,
+            pin: guard,
+            _frees: FreeLater::new(self, ready),
+        })
     }
 }

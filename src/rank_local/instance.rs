@@ -151,7 +151,8 @@ impl<T> InstancePtr<T> {
 
 /// Frees every instance in `entries`, each exactly once and each as its own rank (inside
 /// `on_behalf_of(rank, ..)`, I10), even if a `T::drop` panics: the rest are still dropped, and
-/// the first panic's payload is returned for the caller to re-raise (later ones are dropped).
+/// the first panic's payload is returned for the caller to re-raise (later ones are dropped, and
+/// one whose own `Drop` panics is forgotten). It never unwinds.
 ///
 /// # Safety
 /// Every entry is an instance of a `RankLocal<T, _>`'s map (I5) that was removed from it, with no
@@ -183,10 +184,22 @@ pub(super) unsafe fn drop_all<T>(
             });
         };
         if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(drop_one)) {
-            first.get_or_insert(panic);
+            match first {
+                None => first = Some(panic),
+                Some(_) => drop_payload(panic),
+            }
         }
     }
     first
+}
+
+/// Drops a panic payload that will not be re-raised, without letting its own `Drop` unwind out
+/// of [`drop_all`] (which would leave the rest of the batch undropped): a payload whose drop
+/// panics is forgotten, as is that second panic's payload.
+pub(super) fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        core::mem::forget(again);
+    }
 }
 
 tls! {
@@ -194,12 +207,21 @@ tls! {
     static DROPPING: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
 }
 
+/// `true` while this thread drops a value for the crate (inside [`drop_all`], on any
+/// `RankLocal`).
+pub(super) fn is_dropping() -> bool {
+    DROPPING.try_with(Cell::get).is_ok_and(|d| d != (0, 0))
+}
+
 /// Panics if this thread is dropping `owner`'s value of `rank`: a first touch from inside that
 /// drop would make a new value for the rank, whose drop would make another, without end (std's
 /// `thread_local!` refuses an access from its own destructor too).
 #[track_caller]
 pub(super) fn check_not_dropping(owner: usize, rank: u64) {
-    if DROPPING.try_with(Cell::get) == Ok((owner, rank)) {
+    if DROPPING
+        .try_with(Cell::get)
+        .is_ok_and(|d| d == (owner, rank))
+    {
         panic!(
             "ranklocal: the value of {} on this RankLocal was asked for from inside its own drop \
              (it would be made again, and dropped again, without end)",

@@ -7,14 +7,13 @@
 //! uid, then probes the cache's `PINNED_TAG` entry for that uid and then the map, and holds the
 //! pin until `f` returns (I33, I34).
 
-use crossbeam_epoch::Guard;
-
-use super::init::Access;
+use super::init::{Access, Lent};
 use super::instance::{InstancePtr, RECLAIMING};
+use super::reclaim::FreeLater;
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::cache;
-use crate::collector::{count_pin, pin};
+use crate::collector::{count_pin, pin, Pin};
 use crate::erased::Erased;
 use crate::identity::{self, RankId};
 use crate::primitive::Ordering;
@@ -84,7 +83,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 
     /// A non-owner's scoped lookup: pins, then loads the uid, then probes the cache's pinned
     /// entries and the map (I33, I34). The instance is alive while the returned guard is held.
-    fn pinned_lookup(&self, rank: u64) -> Option<(InstancePtr<T>, Guard)> {
+    fn pinned_lookup(&self, rank: u64) -> Option<(InstancePtr<T>, Pin)> {
         self.uid_or_assign(); // non-zero from now on, so fills never use 0
         let guard = pin();
         // SeqCst, after the pin's SeqCst fence: a sweeper that stored a fresh uid before
@@ -130,8 +129,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 // thread runs (I35).
                 Some(p) => unsafe { InstancePtr::<T>::new(p) },
                 None => {
-                    let Ok((p, _)) = self.insert(rank, init, Access::Owner);
-                    p
+                    let Ok(lent) = self.insert(rank, init, Access::Owner);
+                    lent.p // no pin: what the sweep readied is freed here
                 }
             };
             cache::store(self.uid_or_assign(), rank | cache::OWNER_TAG, p.erased());
@@ -139,15 +138,21 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             // valid for `&self` (I1); a `T` of this map (I5, I9).
             return f(unsafe { p.value() });
         }
-        let (p, _guard) = match self.pinned_lookup(rank) {
-            Some(found) => found,
+        let lent = match self.pinned_lookup(rank) {
+            Some((p, pin)) => Lent {
+                p,
+                pin: Some(pin),
+                _frees: FreeLater::nothing(self),
+            },
             None => {
-                let Ok((p, guard)) = self.insert(rank, init, Access::Scoped);
-                (p, guard.expect("a scoped first touch returns its pin"))
+                let Ok(lent) = self.insert(rank, init, Access::Scoped);
+                lent
             }
         };
-        // SAFETY: alive while `_guard` is held (I33); a `T` of this map (I5, I9).
-        f(unsafe { p.value() })
+        debug_assert!(lent.pin.is_some(), "a scoped first touch returns its pin");
+        // SAFETY: alive while `lent.pin` is held (I33); a `T` of this map (I5, I9). `lent` drops
+        // after `f`: its pin first, then what a sweep readied is freed.
+        f(unsafe { lent.p.value() })
     }
 
     /// `with_for` after the owner entry missed, as [`with_slow`](Self::with_slow) but never

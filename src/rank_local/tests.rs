@@ -221,3 +221,23 @@ fn sweeps_never_hold_the_live_registry_epoch() {
 fn sweeps_never_hold_the_live_registry_baseline() {
     sweeps_never_hold_the_live_registry::<Baseline>();
 }
+
+/// A sweep that takes nothing (every exited rank's value had escaped) keeps the uid, so the
+/// threads' cached entries of this map stay valid: only a sweep that unpublished something must
+/// make them miss (I34). (`Baseline` caches no delegated lookup, so `Epoch` only.)
+#[test]
+fn a_sweep_that_takes_nothing_keeps_the_thread_caches() {
+    let rl = RankLocal::<u64, Epoch>::new();
+    let live = Rank::new();
+    on_behalf_of(live.id(), || rl.get_or(|| 1));
+    let gone = Rank::new();
+    on_behalf_of(gone.id(), || rl.with(|_| ())); // asks for its exit
+    on_behalf_of(gone.id(), || rl.get()); // escapes: no sweep may take it
+    drop(gone);
+    on_fresh_thread(|| {
+        assert_eq!(rl.get_for(live.id()), Some(&1)); // fills this thread's entry
+        assert_eq!(rl.reclaim_exited(), 0);
+        let lookups = events(&MAP_LOOKUPS, || assert_eq!(rl.get_for(live.id()), Some(&1)));
+        assert_eq!(lookups, 0, "a sweep that took nothing made the cache miss");
+    });
+}

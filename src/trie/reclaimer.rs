@@ -68,6 +68,9 @@ pub(crate) struct Reclaimer<H> {
     /// The next version the probe checks (an index into `versions`, at least 1): the versions
     /// in `1..probe` were seen dead since the last full scan.
     probe: usize,
+    /// How many nodes the last write replaced (the probe's estimate of what a dead version's
+    /// write left behind).
+    per_write: usize,
 }
 
 // SAFETY: the node pointers are owned by the map's writer, which is serialized (I16); the nodes
@@ -89,6 +92,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         scratch: Scratch::NEW,
         scan_at: MIN_SCAN,
         probe: 1,
+        per_write: 0,
     };
 
     /// Begins building version `base_seq + 1` from `base`, the trie of the published version
@@ -133,11 +137,14 @@ impl<H: ReplacedVersion> Reclaimer<H> {
             unsafe { self.scratch.recycle(g.node) };
         }
         // A version held out of order (an iterator on an old version while later ones die)
-        // stops the front. Behind it, a probe walks a few versions per write in order; once it
-        // has seen as many dead ones as half the versions left, a rescan frees at least that
-        // many. And whatever the probe sees, everything is rescanned once the backlog has
-        // doubled since the last scan. Both pay for a rescan's O(backlog) with as much work
-        // done or freed.
+        // stops the front. Behind it, a probe walks a few versions per write in order; a rescan
+        // runs once the dead ones it saw, with the nodes their writes replaced (estimated as
+        // this write's count: a write replaces one path), make a quarter of the backlog. Each
+        // version is counted by one rescan at most, so these rescans cost O(what was retired)
+        // in all, however much the held version keeps (measured against the versions alone, a
+        // held version over a large map made every other write rescan all it keeps). And
+        // whatever the probe sees, everything is rescanned once the backlog has doubled since
+        // the last scan. Both pay for a rescan's O(backlog) with as much work done.
         for _ in 0..PROBE_STEPS {
             match self.versions.get(self.probe) {
                 Some((_, h)) if h.is_dead() => self.probe += 1,
@@ -146,7 +153,8 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         }
         let dead_seen = self.probe - 1;
         if self.versions.len() + self.garbage.len() >= self.scan_at
-            || (dead_seen > 0 && 2 * dead_seen >= self.versions.len())
+            || (dead_seen > 0
+                && 4 * dead_seen * (1 + self.per_write) >= self.versions.len() + self.garbage.len())
         {
             // SAFETY: forwarded (I13).
             unsafe { self.collect_all() };
@@ -270,6 +278,7 @@ impl<H: ReplacedVersion> Write<'_, H> {
         r.versions.push_back((seq, old));
         let death = self.seq;
         debug_assert!(r.garbage.back().is_none_or(|g| g.death <= death));
+        r.per_write = r.scratch.replaced.len();
         for node in r.scratch.replaced.drain(..) {
             r.garbage.push_back(Garbage { node, death });
         }

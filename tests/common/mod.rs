@@ -126,6 +126,15 @@ pub fn within_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static
     }
 }
 
+/// The message of a panic payload (`&str` or `String`), or `"<non-string payload>"`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "<non-string payload>".to_string())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Ranks
 
