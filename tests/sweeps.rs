@@ -663,9 +663,17 @@ fn a_delegates_get_of_an_exited_rank_races_a_sweep<B: Backend>() {
 /// Found in review 5 (adversarial). Before the fix, a first touch's sweep left its batch's token
 /// in the writers' shared bag, which on `ArcSwap` and `Baseline` (whose writes retire nothing
 /// else) went to the collector only after 15 more sweeps process-wide, so the last sweeps' values
-/// stayed for as long as the map stayed quiet. (Run alone to see it fail: other tests' explicit
-/// reclamation drives the collector.)
+/// stayed for as long as the map stayed quiet. It runs alone in a child process: other tests'
+/// pins and explicit reclamation in the same process would drive the collector for it (a
+/// mutation that stops first touches from helping survived that way).
 fn first_touches_alone_drop_every_value_their_sweeps_took<B: Backend>() {
+    common::alone::<B>(
+        "first_touches_alone_drop_every_value_their_sweeps_took",
+        first_touches_drop_what_their_sweeps_took::<B>,
+    );
+}
+
+fn first_touches_drop_what_their_sweeps_took<B: Backend>() {
     let exited = if cfg!(miri) { 32 } else { 64 };
     let touches = if cfg!(miri) { 500 } else { 10_000 };
     let drops = counter();

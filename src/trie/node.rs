@@ -186,6 +186,12 @@ impl Scratch {
         spare_cap: 4,
     };
 
+    /// How many spares this scratch keeps at most (for unit tests).
+    #[cfg(test)]
+    pub(super) fn spare_cap(&self) -> usize {
+        self.spare_cap
+    }
+
     /// Keeps at most one spare node per 32 of the map's `entries` (4 to 64).
     pub(super) fn size_for(&mut self, entries: usize) {
         self.spare_cap = (entries / 32).clamp(4, SPARE_MAX);

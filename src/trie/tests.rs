@@ -294,6 +294,30 @@ fn replaced_nodes_wait_for_every_version_that_contains_them() {
 
 /// The writer's buffers give their memory back once a backlog drained (halved at a quarter full),
 /// and the front of the queues is freed without a full rescan.
+/// The writer keeps one spare node per 32 entries of its map, at least 4 and at most 64: a small
+/// map holds a few hundred bytes of spares, a large one no more than 64 nodes (33 KiB).
+#[test]
+fn spare_nodes_scale_with_the_map() {
+    let mut s = Scratch::NEW;
+    for (entries, cap) in [
+        (0, 4),
+        (10, 4),
+        (159, 4),
+        (160, 5),
+        (1_024, 32),
+        (2_047, 63),
+        (2_048, 64),
+        (1 << 20, 64),
+    ] {
+        s.size_for(entries);
+        assert_eq!(
+            s.spare_cap(),
+            cap,
+            "spares kept for a map of {entries} entries"
+        );
+    }
+}
+
 #[test]
 fn a_drained_backlog_gives_its_buffers_back() {
     let mut r: Reclaimer<Fake> = Reclaimer::NEW;

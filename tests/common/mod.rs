@@ -62,6 +62,30 @@ pub fn backend_module<B: Backend>() -> &'static str {
     }
 }
 
+/// Runs `body` as the only test of a child process (this binary again, `--exact` and one test
+/// thread), so that no other test's pins, flushes or reclamation calls do its work for it: for a
+/// test of what the crate does *by itself*. `test` is the test function's name; `body` runs in
+/// the child (and in-process under Miri, which cannot spawn a process).
+pub fn alone<B: Backend>(test: &str, body: impl FnOnce()) {
+    const CHILD: &str = "RANKLOCAL_ALONE_CHILD";
+    if std::env::var_os(CHILD).is_some() || cfg!(miri) {
+        return body();
+    }
+    let name = format!("{}::{test}", backend_module::<B>());
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", &name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name}, run alone in a child process, failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Waiting
 
