@@ -217,5 +217,6 @@ pub(crate) fn count_pin(guard: &Guard) {
 #[cold]
 #[inline(never)]
 fn flush_own(guard: &Guard) {
+    crate::counters::bump!(OWN_FLUSHES);
     guard.flush();
 }

@@ -24,6 +24,10 @@ std::thread_local! {
     pub(crate) static LIVE_LOCKS: Cell<u64> = const { Cell::new(0) };
     /// Entries a writer's full rescan examined (`trie::Reclaimer::collect_all`).
     pub(crate) static RESCANNED: Cell<u64> = const { Cell::new(0) };
+    /// Prunes of a live rank's exit watchers (`identity::Watchers::add`).
+    pub(crate) static WATCHER_PRUNES: Cell<u64> = const { Cell::new(0) };
+    /// Flushes of this thread's own bag by `collector::count_pin`.
+    pub(crate) static OWN_FLUSHES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Counts one event (unit tests only).

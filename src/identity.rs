@@ -312,6 +312,7 @@ impl Watchers {
 
     fn add(&mut self, inbox: &Arc<Inbox>) {
         if self.inboxes.len() >= self.prune_at {
+            crate::counters::bump!(WATCHER_PRUNES);
             self.inboxes.retain(|i| !i.is_closed());
             self.inboxes
                 .sort_unstable_by_key(|i| Arc::as_ptr(i) as usize);

@@ -18,10 +18,10 @@ mod common;
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Ordering::SeqCst};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::thread;
 
-use common::{count_defaults_in, panic_message, Bomb};
+use common::{count_defaults_in, panic_message, Bomb, Counted};
 use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 /// Records, for each drop, the rank it ran as and the rank the value belonged to.
@@ -300,6 +300,7 @@ common::backend_tests! {
     a_panic_payload_that_panics_when_dropped_stays_inside_the_free,
     what_a_delegates_with_sweeps_is_dropped_after_its_pin_ends,
     debug_survives_a_fmt_that_writes_and_sweeps_the_same_map,
+    blocking_reclaim_does_not_wait_for_a_first_touchs_closure,
 }
 
 /// A value's `Drop` that asks for its own rank's value on the same `RankLocal` would make it
@@ -750,4 +751,80 @@ fn debug_survives_a_fmt_that_writes_and_sweeps_the_same_map<B: Backend>() {
         },
     );
     assert!(ok, "the exited ranks' values were never reclaimed");
+}
+
+/// `reclaim_exited_blocking` on one thread does not wait for the closure of a scoped first touch
+/// on another thread whose sweep found ready batches, neither a delegate's (`with` for another
+/// rank, pinned during `f`) nor an owner's (its own rank, no pin): the batches are freed before
+/// `f` runs, or stay queued where the blocking call frees them. Here `f` waits for the blocking
+/// call to return, so a blocking call that waited for `f` would deadlock (the closure gives up
+/// after [`common::DEADLOCK`], and the test fails).
+///
+/// Found in review 6 (adversarial). Before the fix, a first touch took the ready batches out and
+/// held them, listed as being freed by its thread, until its `f` returned.
+fn blocking_reclaim_does_not_wait_for_a_first_touchs_closure<B: Backend>() {
+    for delegate in [false, true] {
+        let rl: &'static RankLocal<Counted<'static>, B> = common::leak(RankLocal::new());
+        let drops = common::counter();
+        // 20 exited ranks' values retired while another thread holds a pin: not ready yet
+        let holder = Rank::new();
+        on_behalf_of(holder.id(), || common::touch_scoped(rl, drops));
+        let hid = holder.id();
+        let (pinned_tx, pinned_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let h = thread::spawn(move || {
+            rl.with_for(hid, |_| {
+                pinned_tx.send(()).unwrap();
+                let _ = release_rx.recv();
+            });
+        });
+        pinned_rx.recv().unwrap();
+        for _ in 0..20 {
+            let r = Rank::new();
+            on_behalf_of(r.id(), || common::touch_scoped(rl, drops));
+        }
+        rl.reclaim_exited();
+        assert_eq!(drops.load(SeqCst), 0, "freed under a held pin");
+        drop(release_tx);
+        h.join().unwrap();
+        // the grace period passes (pins on another map), with nothing sweeping `rl`
+        let other: RankLocal<u64, B> = RankLocal::new();
+        let nobody = Rank::new();
+        for _ in 0..if cfg!(miri) { 2_000 } else { 20_000 } {
+            other.with_for(nobody.id(), |_| ());
+        }
+        // U: a scoped first touch whose sweep finds the ready batch; its `f` waits for T
+        let (in_f_tx, in_f_rx) = mpsc::channel();
+        let (t_done_tx, t_done_rx) = mpsc::channel::<()>();
+        let u = thread::spawn(move || {
+            let touch = || {
+                common::count_defaults_in(drops);
+                rl.with(|_| {
+                    in_f_tx.send(()).unwrap();
+                    t_done_rx.recv_timeout(common::DEADLOCK).is_ok()
+                })
+            };
+            if delegate {
+                on_behalf_of(Rank::new().id(), touch)
+            } else {
+                touch()
+            }
+        });
+        in_f_rx.recv().unwrap();
+        rl.reclaim_exited_blocking(); // T
+        let dropped = drops.load(SeqCst);
+        let _ = t_done_tx.send(());
+        let t_returned_first = u.join().unwrap();
+        let who = if delegate {
+            "a delegate's"
+        } else {
+            "an owner's"
+        };
+        assert!(
+            t_returned_first,
+            "reclaim_exited_blocking waited for {who} first-touch closure"
+        );
+        assert_eq!(dropped, 20, "reclaim_exited_blocking returned early");
+        drop(holder);
+    }
 }

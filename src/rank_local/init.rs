@@ -11,7 +11,7 @@
 //! and nothing is inserted, so the next call tries again.
 
 use super::instance::{self, InstancePtr, ESCAPED, SCOPED};
-use super::reclaim::{FreeLater, SweepWhen};
+use super::reclaim::{FreeLater, Ready, SweepWhen};
 use super::{RankLocal, Writer};
 use crate::backend::Backend;
 use crate::collector::{count_pin, pin, Pin};
@@ -61,10 +61,10 @@ fn end_claim(w: &mut Writer, rank: u64) -> bool {
     w.claim_waiters > 0
 }
 
-/// An instance lent to a caller: the pin that protects it, if it needs one (I33), and batches a
-/// sweep readied meanwhile. Fields drop in order: the pin first, then the batches are freed, so no
-/// other rank's value is dropped while this one is pinned (a value's `Drop` may want to wait for
-/// a grace period).
+/// An instance lent to a caller: the pin that protects it, if it needs one (I33), and, with a
+/// pin, the batches its sweep left ready in the queue ([`FreeLater`]). Fields drop in order: the
+/// pin first, then what is still ready is taken and freed, so no other rank's value is dropped
+/// while this one is pinned (a value's `Drop` may want to wait for a grace period).
 pub(super) struct Lent<'a, T: Send + Sync, B: Backend> {
     pub(super) p: InstancePtr<T>,
     pub(super) pin: Option<Pin>,
@@ -140,7 +140,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             Access::Owner | Access::Scoped => SCOPED,
         };
         let p = InstancePtr::alloc(value, state);
-        let (guard, ready, wake) = {
+        let (guard, ready, waiting, wake) = {
             let mut w = lock(&self.writer);
             // Pinned before the sweep below may retire `p` (an exited rank's scoped instance):
             // its deferral then waits for this pin (I32, I33).
@@ -152,20 +152,26 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             if access != Access::Escaped {
                 Self::watch_exit(&mut w, rank); // after publishing: see I36
             }
-            // Writers sweep exited ranks' scoped-only instances, amortized (I32, I36).
-            let (_, ready) = self.sweep(&mut w, SweepWhen::Due);
-            (guard, ready, end_claim(&mut w, rank))
+            // Writers sweep exited ranks' scoped-only instances, amortized (I32, I36). A caller
+            // that stays pinned leaves the ready batches queued until it unpinned (`FreeLater`).
+            let (ready, waiting) = if guard.is_some() {
+                (Ready::NONE, self.sweep_leaving_ready(&mut w))
+            } else {
+                (self.sweep(&mut w, SweepWhen::Due).1, false)
+            };
+            (guard, ready, waiting, end_claim(&mut w, rank))
         };
         core::mem::forget(claim); // ended above, with the publication
         if wake {
             self.claim_ended.notify_all();
         }
-        // Freed outside the writer lock, after the caller let go of `guard`; a `T::drop` panic
-        // is kept for an explicit reclamation call.
+        // Freed outside the writer lock and pinned by nothing; a `T::drop` panic is kept for an
+        // explicit reclamation call.
+        self.free_ready(ready);
         Ok(Lent {
             p,
             pin: guard,
-            _frees: FreeLater::new(self, ready),
+            _frees: FreeLater::after_unpin(self, waiting),
         })
     }
 }

@@ -323,7 +323,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             }
             rank
         };
-        let p = self.insert(rank, init, Access::Escaped)?.p; // frees what the sweep readied
+        let p = self.insert(rank, init, Access::Escaped)?.p; // no pin: the sweep's frees are done
         if Self::uses_thread_cache(rank) {
             cache::store(self.uid_or_assign(), rank, p.erased());
         }

@@ -150,7 +150,7 @@ pub(super) struct Ready {
 }
 
 impl Ready {
-    const NONE: Ready = Ready {
+    pub(super) const NONE: Ready = Ready {
         batches: Vec::new(),
         help: false,
     };
@@ -160,29 +160,32 @@ impl Ready {
 /// help it along with a flush of the writers' participant (see [`Sweep::help_due`]).
 const HELP_EVERY: u32 = 8;
 
-/// Batches to free when dropped ([`RankLocal::free_ready`]): a first touch hands them to its
-/// caller, who lets go of its pin first.
+/// What a first touch that stays pinned frees once it has unpinned: the ready batches its sweep
+/// left in the queue ([`RankLocal::sweep_leaving_ready`]), if another thread has not freed them
+/// meanwhile. They are not taken out while the pin is held: a value's `Drop` may wait for a
+/// grace period, which must not wait for this pin; and batches taken out are waited for by
+/// `reclaim_exited_blocking` on other threads, which must not wait for the caller's closure
+/// (found in review: a blocking call waited for a delegate's `with` to return).
 pub(super) struct FreeLater<'a, T: Send + Sync, B: Backend> {
     rl: &'a RankLocal<T, B>,
-    ready: Option<Ready>,
+    waiting: bool,
 }
 
 impl<'a, T: Send + Sync, B: Backend> FreeLater<'a, T, B> {
-    pub(super) fn new(rl: &'a RankLocal<T, B>, ready: Ready) -> Self {
-        FreeLater {
-            rl,
-            ready: Some(ready),
-        }
+    /// Takes and frees the ready batches when dropped, if `waiting` (batches were queued).
+    pub(super) fn after_unpin(rl: &'a RankLocal<T, B>, waiting: bool) -> Self {
+        FreeLater { rl, waiting }
     }
 
     pub(super) fn nothing(rl: &'a RankLocal<T, B>) -> Self {
-        FreeLater { rl, ready: None }
+        FreeLater { rl, waiting: false }
     }
 }
 
 impl<T: Send + Sync, B: Backend> Drop for FreeLater<'_, T, B> {
     fn drop(&mut self) {
-        if let Some(ready) = self.ready.take() {
+        if self.waiting {
+            let ready = RankLocal::<T, B>::take(&mut lock(&self.rl.writer), SweepWhen::Due);
             self.rl.free_ready(ready);
         }
     }
@@ -196,6 +199,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         identity::watch_exit(rank, inbox);
     }
 
+    /// [`sweep`](Self::sweep) without taking the ready batches out, for a caller that stays
+    /// pinned after it unlocks: they stay in the queue, where any other sweep or a blocking call
+    /// can take them, and the caller takes what is left once it unpinned
+    /// ([`FreeLater::after_unpin`]). Returns whether batches wait.
+    pub(super) fn sweep_leaving_ready(&self, w: &mut Writer) -> bool {
+        self.unpublish_exited(w, SweepWhen::Due);
+        !w.sweep.batches.is_empty()
+    }
+
     /// The sweep (I30, I32, I36), under the writer lock `w`: now, or if enough ranks exited (at
     /// least 16 and half of `len`: O(len) exits between sweeps, so `len` stays within about twice
     /// the live ranks plus 16), takes the exits delivered to the inbox, moves those ranks'
@@ -204,6 +216,13 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// the batches now ready to free, which the caller frees with
     /// [`free_ready`](Self::free_ready) after dropping the lock.
     pub(super) fn sweep(&self, w: &mut Writer, when: SweepWhen) -> (usize, Ready) {
+        let n = self.unpublish_exited(w, when);
+        (n, Self::take(w, when))
+    }
+
+    /// The first half of [`sweep`](Self::sweep): retires the exited ranks' instances as one
+    /// batch if due, and returns how many.
+    fn unpublish_exited(&self, w: &mut Writer, when: SweepWhen) -> usize {
         let sw = &mut w.sweep;
         let pending = sw.inbox.as_ref().map_or(0, |i| i.len());
         let due = pending > 0
@@ -263,20 +282,25 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 sw.next_serial += 1;
             }
         }
+        n
+    }
+
+    /// The batches whose grace period passed, taken out of the bookkeeping under the writer lock
+    /// `w` for [`free_ready`](Self::free_ready) to free after the caller drops the lock; they
+    /// are listed as being freed by this thread until then.
+    fn take(w: &mut Writer, when: SweepWhen) -> Ready {
+        let sw = &mut w.sweep;
         if sw.batches.is_empty() {
-            return (n, Ready::NONE);
+            return Ready::NONE;
         }
         let ready = sw.take_ready();
         let me = identity::own_raw();
         sw.freeing.extend(ready.iter().map(|b| (b.serial, me)));
         let help = when == SweepWhen::Due && !sw.batches.is_empty() && sw.help_due();
-        (
-            n,
-            Ready {
-                batches: ready,
-                help,
-            },
-        )
+        Ready {
+            batches: ready,
+            help,
+        }
     }
 
     /// Frees batches [`sweep`](Self::sweep) took out, outside the writer lock; a `T::drop` panic

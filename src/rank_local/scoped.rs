@@ -130,7 +130,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 Some(p) => unsafe { InstancePtr::<T>::new(p) },
                 None => {
                     let Ok(lent) = self.insert(rank, init, Access::Owner);
-                    lent.p // no pin: what the sweep readied is freed here
+                    lent.p // no pin: what the sweep readied was freed in `insert`
                 }
             };
             cache::store(self.uid_or_assign(), rank | cache::OWNER_TAG, p.erased());

@@ -5,7 +5,9 @@
 //! owner `get` is served by its slot.
 
 use crate::backend::{Backend, Baseline, Epoch};
-use crate::counters::{self, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, PINS, SWEEPS};
+use crate::counters::{
+    self, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS, SWEEPS, WATCHER_PRUNES,
+};
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
 
@@ -240,4 +242,43 @@ fn a_sweep_that_takes_nothing_keeps_the_thread_caches() {
         let lookups = events(&MAP_LOOKUPS, || assert_eq!(rl.get_for(live.id()), Some(&1)));
         assert_eq!(lookups, 0, "a sweep that took nothing made the cache miss");
     });
+}
+
+/// A long-lived rank watched by many live `RankLocal`s (the main thread touching thousands of
+/// maps through `with`) prunes its list of exit watchers a logarithmic number of times: each
+/// prune doubles the length the next one waits for, so registering is amortized O(log n), not
+/// O(n) per registration (a whole-list scan on every one).
+#[test]
+fn a_ranks_exit_watchers_are_pruned_at_doubling_lengths() {
+    on_fresh_thread(|| {
+        let n: u32 = if cfg!(miri) { 256 } else { 4_096 };
+        let maps: Vec<RankLocal<u64, Epoch>> = (0..n).map(|_| RankLocal::new()).collect();
+        let prunes = events(&WATCHER_PRUNES, || {
+            for rl in &maps {
+                rl.with(|_| ()); // the owner's scoped first touch asks for this rank's exit
+            }
+        });
+        // at lengths 4, 8, 16, ..., n / 2: one per doubling, not one per registration
+        assert!(
+            prunes <= u64::from(n.ilog2()),
+            "{prunes} prunes for {n} watchers"
+        );
+    });
+}
+
+/// A thread whose reads pin (scoped visits, a delegate's scoped reads that miss its cache) hands
+/// its own bag to the collector every 128 such pins, so what crossbeam frees through that bag
+/// (its global queue's nodes) does not wait for 64 of them or the thread's exit.
+#[test]
+fn slow_path_pins_flush_the_threads_bag_every_128() {
+    let rl = RankLocal::<u64, Epoch>::new();
+    rl.with(|_| ());
+    let flushes = on_fresh_thread(|| {
+        events(&OWN_FLUSHES, || {
+            for _ in 0..1_280 {
+                rl.for_each(|_, _| ()); // one counted pin each
+            }
+        })
+    });
+    assert_eq!(flushes, 10, "flushes for 1,280 counted pins");
 }

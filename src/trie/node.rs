@@ -186,10 +186,10 @@ impl Scratch {
         spare_cap: 4,
     };
 
-    /// How many spares this scratch keeps at most (for unit tests).
+    /// How many spares this scratch keeps at most, and holds now (for unit tests).
     #[cfg(test)]
-    pub(super) fn spare_cap(&self) -> usize {
-        self.spare_cap
+    pub(super) fn spares(&self) -> (usize, usize) {
+        (self.spare_cap, self.spare.len())
     }
 
     /// Keeps at most one spare node per 32 of the map's `entries` (4 to 64).

@@ -295,7 +295,8 @@ fn replaced_nodes_wait_for_every_version_that_contains_them() {
 /// The writer's buffers give their memory back once a backlog drained (halved at a quarter full),
 /// and the front of the queues is freed without a full rescan.
 /// The writer keeps one spare node per 32 entries of its map, at least 4 and at most 64: a small
-/// map holds a few hundred bytes of spares, a large one no more than 64 nodes (33 KiB).
+/// map holds a few hundred bytes of spares, a large one no more than 64 nodes (33 KiB); when the
+/// map shrinks, the spares above the new cap are freed.
 #[test]
 fn spare_nodes_scale_with_the_map() {
     let mut s = Scratch::NEW;
@@ -311,11 +312,24 @@ fn spare_nodes_scale_with_the_map() {
     ] {
         s.size_for(entries);
         assert_eq!(
-            s.spare_cap(),
+            s.spares().0,
             cap,
             "spares kept for a map of {entries} entries"
         );
     }
+    for _ in 0..100 {
+        // SAFETY: a fresh node nothing else reaches (I13).
+        unsafe { s.recycle(Node::alloc([None; FANOUT], 0)) };
+    }
+    assert_eq!(s.spares(), (64, 64), "recycled beyond the cap");
+    s.size_for(1_024);
+    assert_eq!(
+        s.spares(),
+        (32, 32),
+        "the map shrank: spares above the cap are freed"
+    );
+    s.size_for(0);
+    assert_eq!(s.spares(), (4, 4));
 }
 
 #[test]
