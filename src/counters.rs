@@ -28,6 +28,8 @@ std::thread_local! {
     pub(crate) static WATCHER_PRUNES: Cell<u64> = const { Cell::new(0) };
     /// Flushes of this thread's own bag by `collector::count_pin`.
     pub(crate) static OWN_FLUSHES: Cell<u64> = const { Cell::new(0) };
+    /// First touches that helped a waiting batch's grace period along (`RankLocal::free_ready`).
+    pub(crate) static HELPS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Counts one event (unit tests only).

@@ -308,6 +308,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     pub(super) fn free_ready(&self, ready: Ready) {
         let Ready { batches, help } = ready;
         if help {
+            crate::counters::bump!(HELPS);
             collector::flush_writers(); // after this thread let go of its pin, if it had one
         }
         if batches.is_empty() {

@@ -6,7 +6,7 @@
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
-    self, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS, SWEEPS, WATCHER_PRUNES,
+    self, HELPS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS, SWEEPS, WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
@@ -281,4 +281,51 @@ fn slow_path_pins_flush_the_threads_bag_every_128() {
         })
     });
     assert_eq!(flushes, 10, "flushes for 1,280 counted pins");
+}
+
+/// While a retired batch waits for its grace period, every 8th first touch helps it along (a
+/// flush of the writers' participant, which walks the registered threads): not every first touch
+/// (that walk would be paid on every one), and not none (on `Baseline` nothing else would advance
+/// the epoch while only first touches run).
+fn first_touches_help_a_waiting_batch_every_8th<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let holder = Rank::new();
+    on_behalf_of(holder.id(), || rl.with(|_| ()));
+    let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let hid = holder.id();
+        let rl = &rl;
+        s.spawn(move || {
+            rl.with_for(hid, |_| {
+                pinned_tx.send(()).unwrap();
+                let _ = release_rx.recv();
+            })
+        });
+        pinned_rx.recv().unwrap();
+        let gone: Vec<Rank> = (0..20).map(|_| Rank::new()).collect();
+        for r in &gone {
+            on_behalf_of(r.id(), || rl.with(|_| ()));
+        }
+        drop(gone);
+        assert_eq!(rl.reclaim_exited(), 20); // one batch, held back by the pin
+        let live: Vec<Rank> = (0..64).map(|_| Rank::new()).collect();
+        let helps = events(&HELPS, || {
+            for r in &live {
+                on_behalf_of(r.id(), || rl.get_or(|| 0));
+            }
+        });
+        drop(release_tx);
+        assert_eq!(helps, 8, "helps in 64 first touches while a batch waits");
+    });
+}
+
+#[test]
+fn first_touches_help_a_waiting_batch_every_8th_epoch() {
+    first_touches_help_a_waiting_batch_every_8th::<Epoch>();
+}
+
+#[test]
+fn first_touches_help_a_waiting_batch_every_8th_baseline() {
+    first_touches_help_a_waiting_batch_every_8th::<Baseline>();
 }
