@@ -511,4 +511,31 @@ mod tests {
         .join()
         .unwrap();
     }
+
+    /// A rank's watcher list drops closed inboxes when it prunes, and gives memory back once it
+    /// holds far fewer than its capacity: a long-lived rank that outlived thousands of
+    /// short-lived `RankLocal`s keeps a list the size of the live ones.
+    #[test]
+    fn watchers_drop_closed_inboxes_and_give_memory_back() {
+        let mut w = Watchers::NEW;
+        let inboxes: Vec<_> = (0..4_096).map(|_| Inbox::new()).collect();
+        for i in &inboxes {
+            w.add(i);
+        }
+        assert!(w.inboxes.capacity() >= 4_096);
+        for i in &inboxes {
+            i.close();
+        }
+        let live = Inbox::new();
+        for _ in 0..4_096 {
+            w.add(&live); // repeated: deduplicated at each prune
+        }
+        assert!(w.inboxes.len() <= w.prune_at, "{} kept", w.inboxes.len());
+        assert!(
+            w.inboxes.capacity() <= 2 * w.prune_at,
+            "capacity {} for {} entries",
+            w.inboxes.capacity(),
+            w.inboxes.len()
+        );
+    }
 }
