@@ -29,28 +29,31 @@ common::backend_tests! {
 const THREADS: usize = if cfg!(miri) { 4 } else { 16 };
 
 fn s4_init_runs_once_per_rank_under_a_race<B: Backend>() {
-    let rl = RankLocal::<usize, B>::new();
-    let inits = AtomicUsize::new(0);
+    let rl: &'static RankLocal<usize, B> = common::leak(RankLocal::new());
+    let inits: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
     let (rank, release, h) = parked_rank();
-    let barrier = Barrier::new(THREADS);
-    let addrs: Vec<usize> = thread::scope(|s| {
-        let hs: Vec<_> = (0..THREADS)
-            .map(|i| {
-                let (rl, inits, barrier) = (&rl, &inits, &barrier);
-                s.spawn(move || {
-                    barrier.wait();
-                    let v = on_behalf_of(rank, || {
-                        rl.get_or(|| {
-                            inits.fetch_add(1, Ordering::SeqCst);
-                            thread::yield_now();
-                            i
-                        })
-                    });
-                    addr(v)
+    // within a deadline: a racer nobody wakes would hang the test, not fail it
+    let addrs: Vec<usize> = within_deadline(move || {
+        let barrier = Barrier::new(THREADS);
+        thread::scope(|s| {
+            let hs: Vec<_> = (0..THREADS)
+                .map(|i| {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        barrier.wait();
+                        let v = on_behalf_of(rank, || {
+                            rl.get_or(|| {
+                                inits.fetch_add(1, Ordering::SeqCst);
+                                thread::yield_now();
+                                i
+                            })
+                        });
+                        addr(v)
+                    })
                 })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
     });
     assert_eq!(inits.load(Ordering::SeqCst), 1, "init ran more than once");
     assert!(
@@ -146,7 +149,9 @@ fn s5_a_second_asker_waits_for_the_running_init<B: Backend>() {
     thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 20 }));
     finish_tx.send(()).unwrap();
     assert_eq!(first.join().unwrap(), 10);
-    assert_eq!(second.join().unwrap(), 10, "second asker ran its own init");
+    // within a deadline: a waiter nobody wakes would hang the test, not fail it
+    let second = within_deadline(move || second.join().unwrap());
+    assert_eq!(second, 10, "second asker ran its own init");
     drop(rel);
     h.join().unwrap();
 }
