@@ -12,7 +12,7 @@ use std::sync::{mpsc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use common::{addr, parked_rank, within_deadline};
+use common::{addr, parked_rank, within_deadline, Counted};
 use ranklocal::{on_behalf_of, Backend, Rank, RankLocal};
 
 common::backend_tests! {
@@ -23,6 +23,7 @@ common::backend_tests! {
     s5_a_slow_init_delays_no_reader_and_no_other_writer,
     s5_a_second_asker_waits_for_the_running_init,
     s5_panicking_and_failing_inits_wake_every_waiter,
+    a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance,
 }
 
 /// Threads for the multi-threaded tests: oversubscribes a 2-core machine.
@@ -225,4 +226,42 @@ fn s5_panicking_and_failing_inits_wake_every_waiter<B: Backend>() {
         "an init succeeded twice"
     );
     assert_eq!(rl.len(), ranks_n);
+}
+
+/// A plain `get` that waits for another thread's scoped first touch of the same rank (`with`,
+/// whose instance may be reclaimed once the rank exits), and then finds that instance published,
+/// marks it escaped: the `&T` it returns is kept through the rank's exit and any sweep.
+///
+/// Found by mutation testing: with the escape mark skipped on this path, no test failed.
+fn a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance<B: Backend>() {
+    let rl: &'static RankLocal<Counted<'static>, B> = common::leak(RankLocal::new());
+    let drops = common::counter();
+    let rank = Rank::new();
+    let id = rank.id();
+    let (in_init_tx, in_init_rx) = mpsc::channel();
+    let (finish_tx, finish_rx) = mpsc::channel::<()>();
+    let scoped = thread::spawn(move || {
+        let init = || {
+            in_init_tx.send(()).unwrap();
+            finish_rx.recv().unwrap();
+            Counted::new(drops)
+        };
+        on_behalf_of(id, || rl.with_or(init, |_| ()));
+    });
+    in_init_rx.recv().unwrap(); // the scoped first touch holds the claim
+    let plain = thread::spawn(move || on_behalf_of(id, || addr(rl.get_or(|| Counted::new(drops)))));
+    // let the plain `get` reach the claim and wait on it (if it is late, it takes the lookup
+    // path instead, which escapes too, and the test shows nothing)
+    thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 20 }));
+    finish_tx.send(()).unwrap();
+    scoped.join().unwrap();
+    let got = within_deadline(move || plain.join().unwrap());
+    drop(rank);
+    assert_eq!(
+        rl.reclaim_exited(),
+        0,
+        "the instance a plain get handed out was reclaimed"
+    );
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+    assert_eq!(got, addr(on_behalf_of(id, || rl.get())));
 }
