@@ -372,7 +372,8 @@ fn a_pinned_read_and_reclaim_from_a_late_tls_destructor_return<B: Backend>() {
 
 /// `reclaim_exited_blocking` inside a pinned read (`with_for`) in a thread-local destructor that
 /// runs after the crate's own panics with its "called inside a scoped read" message, as it does
-/// on a live thread, instead of waiting for its own pin.
+/// on a live thread, instead of waiting for its own pin; once that read has ended, the same call
+/// returns (a late pin that was never uncounted made it panic there too: a mutant survived).
 ///
 /// Found in review 5 (adversarial). Before the fix, the "is this thread pinned?" check asked the
 /// thread's collector handle, which answered "no" once destroyed although the read was pinned
@@ -382,19 +383,25 @@ fn blocking_reclaim_inside_with_for_in_a_late_tls_destructor_panics<B: Backend>(
     let _serial = serial();
     let rl: &'static RankLocal<u64, B> = leak(RankLocal::new());
     let live = live_and_exited_scoped_values(rl); // the exited one's value: something to wait for
-    let (tx, rx) = mpsc::channel::<Result<(), String>>();
+    let (tx, rx) = mpsc::channel::<(Result<(), String>, Result<(), String>)>();
     in_a_late_tls_destructor(rl, live, move || {
-        let r = catch_unwind(AssertUnwindSafe(|| {
+        let inside = catch_unwind(AssertUnwindSafe(|| {
             rl.with_for(live, |_| rl.reclaim_exited_blocking());
         }));
-        let _ = tx.send(r.map_err(|p| panic_message(&*p)));
+        // once the read has ended, the same call is allowed again and returns
+        let after = catch_unwind(AssertUnwindSafe(|| {
+            rl.reclaim_exited_blocking();
+        }));
+        let msg = |r: std::thread::Result<()>| r.map_err(|p| panic_message(&*p));
+        let _ = tx.send((msg(inside), msg(after)));
     });
     match rx.recv_timeout(DEADLOCK) {
-        Ok(Err(msg)) => assert!(
+        Ok((_, Err(msg))) => panic!("reclaim_exited_blocking after the read ended panicked: {msg}"),
+        Ok((Err(msg), Ok(()))) => assert!(
             msg.contains("reclaim_exited_blocking called inside a scoped read"),
             "unclear message: {msg}"
         ),
-        Ok(Ok(())) => {
+        Ok((Ok(()), Ok(()))) => {
             panic!("reclaim_exited_blocking inside with_for returned instead of panicking")
         }
         Err(_) => panic!(
