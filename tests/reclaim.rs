@@ -3,9 +3,10 @@
 //! swept value's panicking `Drop` (even one whose panic payload panics when dropped) never comes
 //! out of an unrelated rank's access; a delegate's first touch drops what its sweep freed after
 //! its pin ends; `reclaim_exited_blocking` returns only once every exited rank's scoped-only value
-//! is dropped, never early beside other sweeps, and returns when called from drops (also from two
-//! drops on two threads at once); formatting a `RankLocal` keeps nothing alive and survives a
-//! `fmt` that writes and sweeps the same map. Stamped over every backend.
+//! is dropped, never early beside other sweeps or after a drop freed another batch, and returns
+//! when called from drops (also from two drops on two threads at once); formatting a `RankLocal`
+//! keeps nothing alive and survives a `fmt` that writes and sweeps the same map. Stamped over
+//! every backend.
 //!
 //! Regressions of the churn review (issue 19 of the project's tracker): formatting went through
 //! `iter()` and kept every instance forever; a swept value's `Drop` panic came out of another
@@ -301,6 +302,7 @@ common::backend_tests! {
     what_a_delegates_with_sweeps_is_dropped_after_its_pin_ends,
     debug_survives_a_fmt_that_writes_and_sweeps_the_same_map,
     blocking_reclaim_does_not_wait_for_a_first_touchs_closure,
+    a_nested_free_keeps_the_outer_batch_waited_for,
 }
 
 /// A value's `Drop` that asks for its own rank's value on the same `RankLocal` would make it
@@ -827,4 +829,110 @@ fn blocking_reclaim_does_not_wait_for_a_first_touchs_closure<B: Backend>() {
         assert_eq!(dropped, 20, "reclaim_exited_blocking returned early");
         drop(holder);
     }
+}
+
+/// What a value's drop shares with the test: the nested rank it exits, the channel that starts
+/// the other thread's blocking call, and what that call saw when it returned.
+struct Nest {
+    /// The rank the first value's drop drops (its value makes the nested batch).
+    nested: Mutex<Option<Rank>>,
+    /// Set by the first outer value to drop, which does the nesting.
+    nesting_done: AtomicBool,
+    start_other: Mutex<Option<mpsc::Sender<()>>>,
+    /// Outer values dropped so far.
+    outer_dropped: AtomicUsize,
+    other_returned: AtomicBool,
+}
+
+struct Nests<B: Backend> {
+    rl: &'static RankLocal<Nests<B>, B>,
+    nest: &'static Nest,
+    outer: bool,
+}
+
+impl<B: Backend> Drop for Nests<B> {
+    fn drop(&mut self) {
+        if !self.outer {
+            return;
+        }
+        if !self.nest.nesting_done.swap(true, SeqCst) {
+            // the nested rank exits; this thread sweeps it (batch 1) and frees it itself
+            drop(self.nest.nested.lock().unwrap().take());
+            self.rl.reclaim_exited_blocking();
+            // the other thread's blocking call must now wait for the rest of batch 0
+            if let Some(tx) = self.nest.start_other.lock().unwrap().take() {
+                tx.send(()).unwrap();
+            }
+            // give it time to return early, if it can (it cannot: the wait is never cut short
+            // when the code is right, so this costs its full length)
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+            while !self.nest.other_returned.load(SeqCst) && std::time::Instant::now() < until {
+                thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        self.nest.outer_dropped.fetch_add(1, SeqCst);
+    }
+}
+
+/// A value's drop that frees another batch of the same `RankLocal` (a nested
+/// `reclaim_exited_blocking`, which sweeps a rank the drop exits and frees that batch itself)
+/// leaves the outer batch listed as being freed: a `reclaim_exited_blocking` on another thread,
+/// started after the nested free, returns only once every value of the outer batch was dropped.
+///
+/// Found by mutation testing (issue 21 of the project's tracker): with `free_ready`'s
+/// bookkeeping dropping every batch its thread was freeing (`t != me || ..` → `&&`) instead of
+/// only the ones it freed, no test failed; this one does (the other thread returns while the
+/// first value's drop is still running, with the rest of the outer batch not dropped).
+fn a_nested_free_keeps_the_outer_batch_waited_for<B: Backend>() {
+    let rl: &'static RankLocal<Nests<B>, B> = common::leak(RankLocal::new());
+    let nest: &'static Nest = common::leak(Nest {
+        nested: Mutex::new(None),
+        nesting_done: AtomicBool::new(false),
+        start_other: Mutex::new(None),
+        outer_dropped: AtomicUsize::new(0),
+        other_returned: AtomicBool::new(false),
+    });
+    let n = if cfg!(miri) { 3 } else { 8 };
+    let outer: Vec<Rank> = (0..n).map(|_| Rank::new()).collect();
+    for r in &outer {
+        on_behalf_of(r.id(), || {
+            rl.with_or(
+                || Nests {
+                    rl,
+                    nest,
+                    outer: true,
+                },
+                |_| (),
+            )
+        });
+    }
+    let nested = Rank::new();
+    on_behalf_of(nested.id(), || {
+        rl.with_or(
+            || Nests {
+                rl,
+                nest,
+                outer: false,
+            },
+            |_| (),
+        )
+    });
+    *nest.nested.lock().unwrap() = Some(nested);
+    let (tx, rx) = mpsc::channel();
+    *nest.start_other.lock().unwrap() = Some(tx);
+    let other = thread::spawn(move || {
+        rx.recv().unwrap();
+        rl.reclaim_exited_blocking();
+        let seen = nest.outer_dropped.load(SeqCst);
+        nest.other_returned.store(true, SeqCst);
+        seen
+    });
+    drop(outer); // the outer ranks exit
+    common::within_deadline(move || rl.reclaim_exited_blocking()); // frees batch 0
+    let seen = other.join().unwrap();
+    assert_eq!(
+        seen, n,
+        "a reclaim_exited_blocking on another thread returned with {seen} of the {n} values of a \
+         batch this thread was freeing dropped"
+    );
 }
