@@ -165,6 +165,27 @@ rank_local! {
     static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 }
 
+rank_local! {
+    /// Used by one test only: its emptiness is that test's to assert.
+    static ONLY_HERE: u8 = 0;
+}
+
+/// A key's `is_empty` is `true` until a rank has an instance, `false` while one has, and `true`
+/// again once that instance is reclaimed.
+///
+/// Found by mutation testing (issue 21 of the project's tracker): `is_empty` returning `false`
+/// always survived (the only other check asks a key other tests use, which is never empty).
+#[test]
+fn a_keys_is_empty_follows_its_instances() {
+    assert!(ONLY_HERE.is_empty(), "an untouched key is not empty");
+    let job = Rank::new();
+    on_behalf_of(job.id(), || ONLY_HERE.with(|_| ()));
+    assert!(!ONLY_HERE.is_empty(), "a key with an instance is empty");
+    drop(job);
+    ONLY_HERE.reclaim_exited_blocking();
+    assert!(ONLY_HERE.is_empty(), "the reclaimed instance is still counted");
+}
+
 /// The key has what the object has: `len`, `is_empty`, `for_each`, `try_with`,
 /// `reclaim_exited`, `reclaim_exited_blocking`, and `Debug` (what `{:?}` of the `RankLocal`
 /// prints).
