@@ -13,10 +13,11 @@
 //! not stop this crate's reclamation.
 
 use core::cell::Cell;
+use core::ptr::NonNull;
 
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
 
-use crate::primitive::{lazy_global, lock, tls, Mutex};
+use crate::primitive::{lazy_global, lock, tls, Arc, AtomicBool, Mutex, Ordering};
 
 lazy_global! {
     /// The crate's own epoch collector: only this crate defers closures to it, and they run no
@@ -30,13 +31,50 @@ tls! {
     static HANDLE: LocalHandle = COLLECTOR.register();
 }
 
+/// What the crate retires to its collector (I37): each runs no user code (I18).
+pub(crate) enum Retired {
+    /// Gives up a replaced `Epoch` version's epoch reference: `release(header)`.
+    Version {
+        release: unsafe fn(NonNull<()>),
+        header: NonNull<()>,
+    },
+    /// Sets a sweep's batch token (I32).
+    Token(Arc<AtomicBool>),
+}
+
+// SAFETY: a `Version` owns one reference to an immutable, counted header (I17), which any thread
+// may give up; a `Token` is an `Arc` of an atomic.
+unsafe impl Send for Retired {}
+
+impl Retired {
+    /// Runs it.
+    ///
+    /// # Safety
+    /// Once, after every thread pinned when it was retired has unpinned (I37).
+    unsafe fn run(self) {
+        match self {
+            // SAFETY: the retirer's contract: `release` gives up the reference this owns (I17).
+            Retired::Version { release, header } => unsafe { release(header) },
+            // Release: pairs with the Acquire in `take_ready` (I32).
+            Retired::Token(t) => t.store(true, Ordering::Release),
+        }
+    }
+}
+
 /// The writers' participant: one crossbeam `Local` that every retirement of the crate — a
 /// replaced `Epoch` version's epoch reference, a sweep's batch token — is deferred through, under
 /// [`WRITERS`] (I37).
 struct Writers {
     #[cfg(not(loom))]
     handle: LocalHandle,
-    /// Closures deferred since the last flush.
+    /// Retired and not yet deferred, in order; at the flush all of them go to the collector as
+    /// one deferred closure (one pin and one `defer` per flush, not per retirement). Deferring
+    /// later than the retirement only waits for more readers, never fewer (I37). Under loom each
+    /// is deferred at once, as before this batching: pending retirements would be dropped, not
+    /// run, with the model's `WRITERS` (a leak loom reports), and the models keep checking the
+    /// collector's own deferral of every retirement.
+    pending: Vec<Retired>,
+    /// Retirements since the last flush (`pending.len()` but under loom).
     unflushed: usize,
 }
 
@@ -67,8 +105,43 @@ lazy_global! {
     static WRITERS: Mutex<Writers> = Mutex::new(Writers {
         #[cfg(not(loom))]
         handle: COLLECTOR.register(),
+        pending: Vec::new(),
         unflushed: 0,
     });
+}
+
+impl Writers {
+    /// Defers everything pending as one closure and, if `flush`, hands the writers' bag to the
+    /// collector and tries to advance the epoch and run what is due (I37).
+    fn hand_over(&mut self, flush: bool) {
+        if flush {
+            self.unflushed = 0;
+        }
+        let batch = if self.pending.is_empty() {
+            Vec::new()
+        } else {
+            core::mem::replace(&mut self.pending, Vec::with_capacity(FLUSH_EVERY))
+        };
+        self.with(|h| {
+            let guard = h.pin();
+            if !batch.is_empty() {
+                let run = move || {
+                    for r in batch {
+                        // SAFETY: each retirement runs once, here, after every thread pinned at
+                        // this deferral — later than its retirement — has unpinned (I37).
+                        unsafe { r.run() };
+                    }
+                };
+                // SAFETY: what the closure touches stays valid until it runs (the retirers'
+                // contract), it runs no user code (I18), and the writers' participant is used
+                // only under `WRITERS` (I37).
+                unsafe { guard.defer_unchecked(run) };
+            }
+            if flush {
+                guard.flush();
+            }
+        });
+    }
 }
 
 /// How many deferred closures may wait in the writers' bag before a flush hands them to the
@@ -88,28 +161,21 @@ pub(crate) enum Flush {
     Now,
 }
 
-/// Defers `f` through the writers' participant: the collector runs it once every thread pinned
-/// now (on any participant) has unpinned (I37). `f` must run no user code (I18).
+/// Retires `r` through the writers' participant: the collector runs it once every thread pinned
+/// now (on any participant) has unpinned (I37) — at the latest after the next flush, which comes
+/// at once for [`Flush::Now`] and after at most [`FLUSH_EVERY`] retirements.
 ///
 /// # Safety
-/// As for crossbeam's `Guard::defer_unchecked`: whatever `f` touches stays valid until it runs,
+/// As for crossbeam's `Guard::defer_unchecked`: whatever `r` touches stays valid until it runs,
 /// and what it frees is reachable only by threads pinned now.
-pub(crate) unsafe fn retire<F: FnOnce()>(f: F, flush: Flush) {
+pub(crate) unsafe fn retire(r: Retired, flush: Flush) {
     let mut w = lock(&WRITERS);
+    w.pending.push(r);
     w.unflushed += 1;
     let now = flush == Flush::Now || w.unflushed >= FLUSH_EVERY;
-    if now {
-        w.unflushed = 0;
+    if now || cfg!(loom) {
+        w.hand_over(now);
     }
-    w.with(|h| {
-        let guard = h.pin();
-        // SAFETY: the caller's contract; the writers' participant is used only under `WRITERS`
-        // (I37).
-        unsafe { guard.defer_unchecked(f) };
-        if now {
-            guard.flush();
-        }
-    });
 }
 
 /// Hands everything the writers deferred to the collector and tries to advance the epoch and run
@@ -124,9 +190,7 @@ pub(crate) fn flush() {
 /// what is due, through the writers' participant only (a thread that only writes registers no
 /// participant of its own, I37).
 pub(crate) fn flush_writers() {
-    let mut w = lock(&WRITERS);
-    w.unflushed = 0;
-    w.with(|h| h.pin().flush());
+    lock(&WRITERS).hand_over(true);
 }
 
 /// `true` while this thread holds a pin of the crate's collector (a scoped read that is not the

@@ -22,7 +22,7 @@ use core::ptr::NonNull;
 use crossbeam_epoch::{self as epoch, Atomic, Shared};
 
 use super::{Backend, Sealed};
-use crate::collector::{self, pin, Flush};
+use crate::collector::{self, pin, Flush, Retired};
 use crate::erased::Erased;
 use crate::primitive::{lock, mutex_mut, AtomicUsize, Mutex, Ordering};
 use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
@@ -71,6 +71,15 @@ unsafe fn release(v: NonNull<EpochVersion>) {
     }
 }
 
+/// [`release`] of a type-erased header, for [`Retired::Version`].
+///
+/// # Safety
+/// As for [`release`]: `v` is an `EpochVersion` whose reference the caller gives up.
+unsafe fn release_erased(v: NonNull<()>) {
+    // SAFETY: the caller's contract: an `EpochVersion` header and one of its references (I17).
+    unsafe { release(v.cast()) }
+}
+
 /// The writer's reference to a replaced version ([`ReplacedVersion`]).
 struct VersionRef(NonNull<EpochVersion>);
 
@@ -78,7 +87,18 @@ struct VersionRef(NonNull<EpochVersion>);
 // what the count is for.
 unsafe impl Send for VersionRef {}
 
+impl VersionRef {
+    /// The header, without giving up the reference (the caller now owns it).
+    fn into_raw(self) -> NonNull<EpochVersion> {
+        let p = self.0;
+        core::mem::forget(self);
+        p
+    }
+}
+
 impl ReplacedVersion for VersionRef {
+    const REUSED: bool = true;
+
     fn is_dead(&self) -> bool {
         // SAFETY: this reference keeps the header alive (I17).
         let refs = unsafe { &self.0.as_ref().refs };
@@ -146,10 +166,28 @@ impl EpochMap {
         // are alive (I13) and every published node is born at `seq` or earlier (I12).
         let mut write = unsafe { w.write(base, seq) };
         let r = f(&mut write)?;
-        let new = Box::into_raw(Box::new(EpochVersion {
+        let header = EpochVersion {
             v: Version::new(write.trie(), write.seq()),
             refs: AtomicUsize::new(2), // published + the writer's (I17)
-        }));
+        };
+        let new = match write.reuse_version() {
+            Some(dead) => {
+                let p = dead.into_raw().as_ptr();
+                // SAFETY: `dead` was seen dead (I14): it held the version's last reference
+                // (I17), which we now own, so no reader, iterator or deferred closure can reach
+                // the header — reusing it is freeing it and allocating it again, without the
+                // allocator:
+                // - the old header is dropped in place once (its reference dies with it);
+                // - the new one is written over it before anything can see it: it is published
+                //   below, with Release (I2).
+                unsafe {
+                    p.drop_in_place();
+                    p.write(header);
+                }
+                p
+            }
+            None => Box::into_raw(Box::new(header)),
+        };
         // Release: publishes the new header, its nodes and the instances they point to (I2).
         self.head
             .store(Shared::from(new.cast_const()), Ordering::Release);
@@ -163,7 +201,15 @@ impl EpochMap {
             // user code, so running it inside any pin or flush of our collector is harmless (I18).
             // Through the writers' participant, not this thread's: a thread that only writes
             // registers no participant and strands nothing in a bag of its own (I37).
-            unsafe { collector::retire(move || release(old), Flush::Batched) };
+            unsafe {
+                collector::retire(
+                    Retired::Version {
+                        release: release_erased,
+                        header: old.cast(),
+                    },
+                    Flush::Batched,
+                );
+            };
         }
         // SAFETY: version `seq + 1` is published in place of `seq`; `VersionRef` is the writer's
         // reference and tells when it is dead (I14).

@@ -27,7 +27,7 @@ use super::instance::{drop_all, drop_payload, is_dropping, InstancePtr, RECLAIMI
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
 use crate::cache;
-use crate::collector::{self, Flush};
+use crate::collector::{self, Flush, Retired};
 use crate::erased::Erased;
 use crate::identity::{self, Inbox};
 use crate::primitive::{lock, mutex_mut, Arc, AtomicBool, Ordering};
@@ -266,14 +266,11 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 // dead for every reader that pins after this store (I34).
                 self.uid.store(fresh_uid(), Ordering::SeqCst);
                 let done = Arc::new(AtomicBool::new(false));
-                let flag = Arc::clone(&done);
-                // Release: pairs with the Acquire in `take_ready`; the collector runs this only
-                // after every thread pinned now has unpinned (I32, I37). Only a `'static` token
-                // is deferred, never a `T`: the closure runs no user code (I18).
-                let set = move || flag.store(true, Ordering::Release);
-                // SAFETY: the closure owns all it touches (an `Arc`) and frees nothing (I32,
-                // I37).
-                unsafe { collector::retire(set, flush) };
+                // The collector sets the token (Release, pairing with the Acquire in
+                // `take_ready`) only after every thread pinned now has unpinned (I32, I37). Only
+                // a `'static` token is deferred, never a `T`: no user code runs (I18).
+                // SAFETY: the token owns all it touches (an `Arc`) and frees nothing (I32, I37).
+                unsafe { collector::retire(Retired::Token(Arc::clone(&done)), flush) };
                 sw.batches.push_back(Batch {
                     serial: sw.next_serial,
                     done,

@@ -240,6 +240,91 @@ impl ReplacedVersion for Fake {
     }
 }
 
+/// A fake version handle the backend reuses ([`ReplacedVersion::REUSED`]), numbered.
+struct Reused(u64, Rc<Cell<bool>>);
+impl ReplacedVersion for Reused {
+    const REUSED: bool = true;
+    fn is_dead(&self) -> bool {
+        self.1.get()
+    }
+}
+
+/// A backend that reuses versions gets back the ones seen dead, and only those, at most
+/// `SPARE_VERSIONS` of them (the rest are dropped); one that does not reuse them keeps none.
+#[test]
+fn dead_versions_are_kept_for_reuse_up_to_the_cap() {
+    use super::reclaimer::SPARE_VERSIONS;
+    let mut r: Reclaimer<Reused> = Reclaimer::NEW;
+    let mut t = Trie::EMPTY;
+    let n = SPARE_VERSIONS as u64 + 10;
+    let mut flags = Vec::new();
+    for seq in 1..=n + 1 {
+        // SAFETY: the only writer; the published version's nodes are alive and nothing is born
+        // at `seq` yet (I12, I13, I16).
+        let mut w = unsafe { r.write(t, seq - 1) };
+        assert!(
+            w.reuse_version().is_none(),
+            "a version reused before it died"
+        );
+        w.insert(seq, ptr(seq));
+        t = w.trie();
+        let old = (seq > 1).then(|| {
+            let dead = Rc::new(Cell::new(false));
+            flags.push(dead.clone());
+            Reused(seq - 1, dead)
+        });
+        // SAFETY: version `seq` replaced version seq-1 (I14).
+        unsafe { w.retire(old) };
+    }
+    // versions 1..=n retired; all but the last die, then one more write collects them
+    for d in &flags[..flags.len() - 1] {
+        d.set(true);
+    }
+    // SAFETY: as above (I12, I13, I16).
+    let mut w = unsafe { r.write(t, n + 1) };
+    w.insert(n + 2, ptr(n + 2));
+    t = w.trie();
+    let last = Rc::new(Cell::new(false));
+    // SAFETY: version n+2 replaced version n+1 (I14).
+    unsafe { w.retire(Some(Reused(n + 1, last.clone()))) };
+    // SAFETY: as above (I12, I13, I16).
+    let mut w = unsafe { r.write(t, n + 2) };
+    let mut reused = Vec::new();
+    while let Some(v) = w.reuse_version() {
+        assert!(v.is_dead(), "version {} reused while alive", v.0);
+        reused.push(v.0);
+    }
+    reused.sort_unstable();
+    assert_eq!(reused.len(), SPARE_VERSIONS, "kept {reused:?}");
+    assert!(
+        reused.iter().all(|&v| v < n),
+        "a live version kept: {reused:?}"
+    );
+    last.set(true);
+    flags[flags.len() - 1].set(true);
+    // SAFETY: every version is dead (I13).
+    unsafe { r.collect_all() };
+    assert_eq!(r.pending().0, 0);
+    // SAFETY: the last version's nodes, only owner (I13).
+    unsafe { t.free_nodes() };
+    // a backend that does not reuse versions: none kept
+    let mut r: Reclaimer<Fake> = Reclaimer::NEW;
+    let mut t = Trie::EMPTY;
+    for seq in 1..=3u64 {
+        // SAFETY: as above (I12, I13, I16).
+        let mut w = unsafe { r.write(t, seq - 1) };
+        assert!(w.reuse_version().is_none(), "kept a version nobody reuses");
+        w.insert(seq, ptr(seq));
+        t = w.trie();
+        // SAFETY: as above (I14).
+        unsafe { w.retire((seq > 1).then(|| Fake(Rc::new(Cell::new(true))))) };
+    }
+    // SAFETY: the last version's nodes, only owner (I13).
+    unsafe { r.free_replaced() };
+    // SAFETY: as above (I13).
+    unsafe { t.free_nodes() };
+}
+
 #[test]
 fn replaced_nodes_wait_for_every_version_that_contains_them() {
     let mut r: Reclaimer<Fake> = Reclaimer::NEW;
