@@ -183,7 +183,10 @@ fn a_keys_is_empty_follows_its_instances() {
     assert!(!ONLY_HERE.is_empty(), "a key with an instance is empty");
     drop(job);
     ONLY_HERE.reclaim_exited_blocking();
-    assert!(ONLY_HERE.is_empty(), "the reclaimed instance is still counted");
+    assert!(
+        ONLY_HERE.is_empty(),
+        "the reclaimed instance is still counted"
+    );
 }
 
 /// The key has what the object has: `len`, `is_empty`, `for_each`, `try_with`,

@@ -194,22 +194,20 @@ impl EpochMap {
         // From the raw pointer: the header is freed through it (I17).
         let old = NonNull::new(old.as_raw().cast_mut());
         if let Some(old) = old {
+            // gives up the epoch reference, run by the collector
+            let header = old.cast();
+            let retired = Retired::Version {
+                release: release_erased,
+                header,
+            };
             // SAFETY: `old` is unlinked: `head` no longer points to it and nothing can re-publish
-            // it, so only threads pinned now can hold it; the collector runs the closure after
-            // they all unpinned (I14, I37). The closure owns the epoch reference and gives it up
+            // it, so only threads pinned now can hold it; the collector runs `retired` after
+            // they all unpinned (I14, I37). `retired` owns the epoch reference and gives it up
             // (I17); it touches only the header, which that reference keeps alive, and runs no
             // user code, so running it inside any pin or flush of our collector is harmless (I18).
             // Through the writers' participant, not this thread's: a thread that only writes
             // registers no participant and strands nothing in a bag of its own (I37).
-            unsafe {
-                collector::retire(
-                    Retired::Version {
-                        release: release_erased,
-                        header: old.cast(),
-                    },
-                    Flush::Batched,
-                );
-            };
+            unsafe { collector::retire(retired, Flush::Batched) };
         }
         // SAFETY: version `seq + 1` is published in place of `seq`; `VersionRef` is the writer's
         // reference and tells when it is dead (I14).
