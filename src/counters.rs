@@ -30,6 +30,8 @@ std::thread_local! {
     pub(crate) static OWN_FLUSHES: Cell<u64> = const { Cell::new(0) };
     /// First touches that helped a waiting batch's grace period along (`RankLocal::free_ready`).
     pub(crate) static HELPS: Cell<u64> = const { Cell::new(0) };
+    /// Wake-ups of threads waiting for a claim to end (`claim_ended.notify_all`, a futex call).
+    pub(crate) static CLAIM_NOTIFIES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Counts one event (unit tests only).

@@ -48,6 +48,7 @@ impl<T: Send + Sync, B: Backend> Drop for ClaimGuard<'_, T, B> {
     fn drop(&mut self) {
         let wake = end_claim(&mut lock(&self.rl.writer), self.rank);
         if wake {
+            crate::counters::bump!(CLAIM_NOTIFIES);
             self.rl.claim_ended.notify_all();
         }
     }
@@ -163,6 +164,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         };
         core::mem::forget(claim); // ended above, with the publication
         if wake {
+            crate::counters::bump!(CLAIM_NOTIFIES);
             self.claim_ended.notify_all();
         }
         // Freed outside the writer lock and pinned by nothing; a `T::drop` panic is kept for an

@@ -1,12 +1,13 @@
 //! Properties no result shows, asserted with the test-only counters of `crate::counters`: the
 //! owner's scoped hit takes no pin and makes no map lookup, `Baseline` never caches a delegated
 //! lookup (it measures the C++ design), `with_for` of the caller's own rank takes the owner's
-//! pin-free path, a first touch sweeps only when enough ranks exited, and a `rank_local!` key's
-//! owner `get` is served by its slot.
+//! pin-free path, a first touch sweeps only when enough ranks exited and wakes waiters only when
+//! a thread waits, and a `rank_local!` key's owner `get` is served by its slot.
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
-    self, HELPS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS, SWEEPS, WATCHER_PRUNES,
+    self, CLAIM_NOTIFIES, HELPS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS, SWEEPS,
+    WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
@@ -330,4 +331,48 @@ fn first_touches_help_a_waiting_batch_every_8th_epoch() {
 #[test]
 fn first_touches_help_a_waiting_batch_every_8th_baseline() {
     first_touches_help_a_waiting_batch_every_8th::<Baseline>();
+}
+
+/// A first touch wakes the threads waiting for a claim (`notify_all`, a futex system call) only
+/// when one waits: not when nobody does, and not after the last waiter was served.
+///
+/// Found by mutation testing (issue 21 of the project's tracker): always notifying
+/// (`claim_waiters > 0` → `>=`) and never counting a waiter out (`-=` → `+=`) both survived; they
+/// cost a system call per first touch, most of `Baseline`'s first touch before the count.
+#[test]
+fn first_touches_notify_only_when_a_thread_waits() {
+    let rl = RankLocal::<u64, Epoch>::new();
+    let touch_new = |rl: &RankLocal<u64, Epoch>| {
+        let r = Rank::new();
+        on_behalf_of(r.id(), || rl.get_or(|| 1));
+    };
+    let quiet = events(&CLAIM_NOTIFIES, || (0..10).for_each(|_| touch_new(&rl)));
+    assert_eq!(quiet, 0, "first touches nobody waited for woke waiters");
+    let contested = Rank::new();
+    let id = contested.id();
+    let woke = events(&CLAIM_NOTIFIES, || {
+        std::thread::scope(|s| {
+            on_behalf_of(id, || {
+                rl.get_or(|| {
+                    // `init` runs with no lock held: another thread asks for the same rank and
+                    // waits for this claim to end
+                    let waiter = s.spawn(|| on_behalf_of(id, || *rl.get_or(|| 2)));
+                    while crate::primitive::lock(&rl.writer).claim_waiters == 0 {
+                        std::thread::yield_now();
+                    }
+                    drop(waiter); // joined by the scope
+                    1
+                })
+            });
+        });
+    });
+    assert_eq!(
+        woke, 1,
+        "the claim a thread waited for woke it {woke} times"
+    );
+    let after = events(&CLAIM_NOTIFIES, || (0..10).for_each(|_| touch_new(&rl)));
+    assert_eq!(
+        after, 0,
+        "first touches after the waiter was served still woke waiters"
+    );
 }
