@@ -32,6 +32,8 @@ std::thread_local! {
     pub(crate) static HELPS: Cell<u64> = const { Cell::new(0) };
     /// Wake-ups of threads waiting for a claim to end (`claim_ended.notify_all`, a futex call).
     pub(crate) static CLAIM_NOTIFIES: Cell<u64> = const { Cell::new(0) };
+    /// Full scans of a `RankLocal`'s waiting batches (`Sweep::take_ready`).
+    pub(crate) static BATCH_SCANS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Counts one event (unit tests only).

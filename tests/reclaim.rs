@@ -303,6 +303,7 @@ common::backend_tests! {
     debug_survives_a_fmt_that_writes_and_sweeps_the_same_map,
     blocking_reclaim_does_not_wait_for_a_first_touchs_closure,
     a_nested_free_keeps_the_outer_batch_waited_for,
+    clear_purge_and_drop_free_the_batches_still_waiting,
 }
 
 /// A value's `Drop` that asks for its own rank's value on the same `RankLocal` would make it
@@ -935,4 +936,57 @@ fn a_nested_free_keeps_the_outer_batch_waited_for<B: Backend>() {
         "a reclaim_exited_blocking on another thread returned with {seen} of the {n} values of a \
          batch this thread was freeing dropped"
     );
+}
+
+/// `clear`, `purge_exited` and the `RankLocal`'s drop free the batches a sweep retired that are
+/// still waiting for their grace period (a reader of another map holds a pin): `&mut` excludes
+/// every reader of this one, so nothing is left behind, and every value is dropped once.
+///
+/// Found by mutation testing (issue 21 of the project's tracker): with the exclusive paths
+/// forgetting the waiting batches (`take_all` → an empty list), no test failed: their values were
+/// never dropped.
+fn clear_purge_and_drop_free_the_batches_still_waiting<B: Backend>() {
+    for how in ["clear", "purge_exited", "drop"] {
+        let drops = common::counter();
+        let mut rl: RankLocal<Counted<'static>, B> = RankLocal::new();
+        // a pin held on another thread, through another map: no batch gets ready meanwhile
+        let other: RankLocal<u64, B> = RankLocal::new();
+        let holder = Rank::new();
+        on_behalf_of(holder.id(), || other.with(|_| ()));
+        let hid = holder.id();
+        let (pinned_tx, pinned_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        thread::scope(|s| {
+            let other = &other;
+            s.spawn(move || {
+                other.with_for(hid, |_| {
+                    pinned_tx.send(()).unwrap();
+                    let _ = release_rx.recv();
+                })
+            });
+            pinned_rx.recv().unwrap();
+            let n = 5;
+            for _ in 0..n {
+                let r = Rank::new();
+                on_behalf_of(r.id(), || common::touch_scoped(&rl, drops));
+            }
+            assert_eq!(
+                rl.reclaim_exited(),
+                n,
+                "{how}: the sweep took {n} exited ranks"
+            );
+            assert_eq!(drops.load(SeqCst), 0, "{how}: freed under a held pin");
+            match how {
+                "clear" => rl.clear(),
+                "purge_exited" => assert_eq!(rl.purge_exited(), 0),
+                _ => drop(rl),
+            }
+            assert_eq!(
+                drops.load(SeqCst),
+                n,
+                "{how} left values of a batch that waited for its grace period"
+            );
+            drop(release_tx);
+        });
+    }
 }

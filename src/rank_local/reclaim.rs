@@ -103,6 +103,7 @@ impl Sweep {
             out.extend(self.batches.pop_front());
         }
         if self.batches.len() >= self.scan_at {
+            crate::counters::bump!(BATCH_SCANS);
             let (now, later): (VecDeque<Batch>, VecDeque<Batch>) =
                 core::mem::take(&mut self.batches)
                     .into_iter()

@@ -6,8 +6,8 @@
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
-    self, CLAIM_NOTIFIES, HELPS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS, SWEEPS,
-    WATCHER_PRUNES,
+    self, BATCH_SCANS, CLAIM_NOTIFIES, HELPS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS,
+    SWEEPS, WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
@@ -375,4 +375,45 @@ fn first_touches_notify_only_when_a_thread_waits() {
         after, 0,
         "first touches after the waiter was served still woke waiters"
     );
+}
+
+/// While retired batches wait for their grace period (a pin held elsewhere), the sweeps scan all
+/// of them for ready ones only when their number has doubled since the last scan: O(log n) full
+/// scans over n waiting batches, so each sweep costs amortized O(1) per batch, not O(n).
+///
+/// Found by mutation testing (issue 21 of the project's tracker): rescanning once the queue grew
+/// by two (`2 * len` → `2 + len`) survived.
+#[test]
+fn waiting_batches_are_rescanned_at_doubling_lengths() {
+    let rl = RankLocal::<u64, Epoch>::new();
+    let other = RankLocal::<u64, Epoch>::new();
+    let holder = Rank::new();
+    on_behalf_of(holder.id(), || other.with(|_| ()));
+    let hid = holder.id();
+    let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let n: u64 = if cfg!(miri) { 64 } else { 256 };
+    std::thread::scope(|s| {
+        let other = &other;
+        s.spawn(move || {
+            other.with_for(hid, |_| {
+                pinned_tx.send(()).unwrap();
+                let _ = release_rx.recv();
+            })
+        });
+        pinned_rx.recv().unwrap();
+        let scans = events(&BATCH_SCANS, || {
+            for _ in 0..n {
+                let r = Rank::new();
+                on_behalf_of(r.id(), || rl.with(|_| ()));
+                drop(r);
+                assert_eq!(rl.reclaim_exited(), 1); // one more batch, waiting
+            }
+        });
+        assert!(
+            scans <= 2 * u64::from(n.ilog2()),
+            "{scans} full scans while {n} batches piled up"
+        );
+        drop(release_tx);
+    });
 }
