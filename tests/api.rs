@@ -171,21 +171,29 @@ rank_local! {
 }
 
 /// A key's `is_empty` is `true` until a rank has an instance, `false` while one has, and `true`
-/// again once that instance is reclaimed.
+/// again once the instances are reclaimed; its `reclaim_exited` returns how many it took.
 ///
 /// Found by mutation testing (issue 21 of the project's tracker): `is_empty` returning `false`
-/// always survived (the only other check asks a key other tests use, which is never empty).
+/// always, and `reclaim_exited` returning 1 always, survived (the only other checks ask a key
+/// other tests use, which is never empty, and reclaim one rank).
 #[test]
 fn a_keys_is_empty_follows_its_instances() {
     assert!(ONLY_HERE.is_empty(), "an untouched key is not empty");
-    let job = Rank::new();
-    on_behalf_of(job.id(), || ONLY_HERE.with(|_| ()));
+    let jobs = [Rank::new(), Rank::new()];
+    for job in &jobs {
+        on_behalf_of(job.id(), || ONLY_HERE.with(|_| ()));
+    }
     assert!(!ONLY_HERE.is_empty(), "a key with an instance is empty");
-    drop(job);
+    drop(jobs);
+    assert_eq!(
+        ONLY_HERE.reclaim_exited(),
+        2,
+        "the key's sweep took 2 exited ranks"
+    );
     ONLY_HERE.reclaim_exited_blocking();
     assert!(
         ONLY_HERE.is_empty(),
-        "the reclaimed instance is still counted"
+        "the reclaimed instances are still counted"
     );
 }
 
