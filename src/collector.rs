@@ -144,7 +144,7 @@ impl Writers {
     }
 }
 
-/// How many deferred closures may wait in the writers' bag before a flush hands them to the
+/// How many retirements may wait in the writers' pending list before a flush hands them to the
 /// collector. A flush moves the whole bag (2 KiB) into a new node of the collector's global queue
 /// and walks every registered thread to advance the epoch: once per write, that was most of a
 /// first touch's cost and, in services with many threads, most of the memory the collector held
