@@ -14,6 +14,9 @@ pub(crate) type Counter = std::thread::LocalKey<Cell<u64>>;
 std::thread_local! {
     /// Map lookups made by `RankLocal::lookup_slow` (a thread-cache miss of a plain lookup).
     pub(crate) static MAP_LOOKUPS: Cell<u64> = const { Cell::new(0) };
+    /// Map lookups made by a scoped lookup on behalf of another rank (`pinned_lookup` missed the
+    /// cache's pinned entries).
+    pub(crate) static SCOPED_MAP_LOOKUPS: Cell<u64> = const { Cell::new(0) };
     /// Pins of this thread's participant (`collector::pin`).
     pub(crate) static PINS: Cell<u64> = const { Cell::new(0) };
     /// Sweeps that ran (took their inbox), on any `RankLocal`.

@@ -14,6 +14,7 @@ use super::RankLocal;
 use crate::backend::Backend;
 use crate::cache;
 use crate::collector::{count_pin, pin, Pin};
+use crate::counters;
 use crate::erased::Erased;
 use crate::identity::{self, RankId};
 use crate::primitive::Ordering;
@@ -98,7 +99,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             }
         }
         count_pin(&guard); // a miss: the slow part of a scoped lookup
-                           // SAFETY: an instance of this map (I5), read from it under `guard` (I33).
+        counters::bump!(SCOPED_MAP_LOOKUPS);
+        // SAFETY: an instance of this map (I5), read from it under `guard` (I33).
         let p = unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) };
         // SAFETY: as just said (I33).
         if unsafe { p.state() }.load(Ordering::Acquire) == RECLAIMING {

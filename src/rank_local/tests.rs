@@ -1,13 +1,14 @@
 //! Properties no result shows, asserted with the test-only counters of `crate::counters`: the
 //! owner's scoped hit takes no pin and makes no map lookup, `Baseline` never caches a delegated
-//! lookup (it measures the C++ design), `with_for` of the caller's own rank takes the owner's
-//! pin-free path, a first touch sweeps only when enough ranks exited and wakes waiters only when
-//! a thread waits, and a `rank_local!` key's owner `get` is served by its slot.
+//! lookup (it measures the C++ design) and `Epoch` caches a scoped one, `with_for` of the
+//! caller's own rank takes the owner's pin-free path, a first touch sweeps only when enough ranks
+//! exited and wakes waiters only when a thread waits, and a `rank_local!` key's owner `get` is
+//! served by its slot.
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
     self, BATCH_SCANS, CLAIM_NOTIFIES, HELPS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS,
-    SWEEPS, WATCHER_PRUNES,
+    SCOPED_MAP_LOOKUPS, SWEEPS, WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
@@ -113,6 +114,37 @@ fn baseline_never_caches_a_delegated_lookup_and_epoch_does() {
         lookups::<Epoch>(),
         1,
         "Epoch did not cache the delegated lookup"
+    );
+}
+
+/// A scoped lookup on behalf of another rank fills the cache's pinned entry: the next one, on
+/// the same thread, is served from it with no map lookup (`Baseline` never caches it).
+#[test]
+fn a_delegated_scoped_lookup_is_cached_on_epoch_and_not_on_baseline() {
+    fn lookups<B: Backend>() -> (u64, u64) {
+        let rl = RankLocal::<u64, B>::new();
+        let job = Rank::new();
+        on_behalf_of(job.id(), || rl.get_or(|| 3));
+        on_fresh_thread(|| {
+            let first = events(&SCOPED_MAP_LOOKUPS, || {
+                assert_eq!(rl.with_for(job.id(), |v| *v), Some(3));
+            });
+            let again = events(&SCOPED_MAP_LOOKUPS, || {
+                assert_eq!(rl.with_for(job.id(), |v| *v), Some(3));
+                on_behalf_of(job.id(), || rl.with(|v| assert_eq!(*v, 3)));
+            });
+            (first, again)
+        })
+    }
+    assert_eq!(
+        lookups::<Epoch>(),
+        (1, 0),
+        "Epoch's second scoped lookup missed the cache"
+    );
+    assert_eq!(
+        lookups::<Baseline>(),
+        (1, 2),
+        "Baseline served a scoped delegated lookup from the cache"
     );
 }
 
