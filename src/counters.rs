@@ -37,6 +37,9 @@ std::thread_local! {
     pub(crate) static CLAIM_NOTIFIES: Cell<u64> = const { Cell::new(0) };
     /// Full scans of a `RankLocal`'s waiting batches (`Sweep::take_ready`).
     pub(crate) static BATCH_SCANS: Cell<u64> = const { Cell::new(0) };
+    /// Calls of `RankLocal::insert`: a lookup that takes the writer lock (a first touch, or one
+    /// that found nothing in the map).
+    pub(crate) static INSERTS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Counts one event (unit tests only).

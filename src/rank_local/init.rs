@@ -84,6 +84,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         init: impl FnOnce() -> Result<T, E>,
         access: Access,
     ) -> Result<Lent<'_, T, B>, E> {
+        crate::counters::bump!(INSERTS);
         instance::check_not_dropping(self as *const Self as usize, rank);
         let me = identity::own_raw();
         let protect = || {

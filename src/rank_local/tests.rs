@@ -1,14 +1,14 @@
 //! Properties no result shows, asserted with the test-only counters of `crate::counters`: the
-//! owner's scoped hit takes no pin and makes no map lookup, `Baseline` never caches a delegated
-//! lookup (it measures the C++ design) and `Epoch` caches a scoped one, `with_for` of the
-//! caller's own rank takes the owner's pin-free path, a first touch sweeps only when enough ranks
-//! exited and wakes waiters only when a thread waits, and a `rank_local!` key's owner `get` is
-//! served by its slot.
+//! owner's scoped hit takes no pin and makes no map lookup (and its miss takes no writer lock
+//! when the instance exists), `Baseline` never caches a delegated lookup (it measures the C++
+//! design) and `Epoch` caches a scoped one, `with_for` of the caller's own rank takes the owner's
+//! pin-free path, a first touch sweeps only when enough ranks exited and wakes waiters only when
+//! a thread waits, and a `rank_local!` key's owner `get` is served by its slot.
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
-    self, BATCH_SCANS, CLAIM_NOTIFIES, HELPS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS, OWN_FLUSHES, PINS,
-    SCOPED_MAP_LOOKUPS, SWEEPS, WATCHER_PRUNES,
+    self, BATCH_SCANS, CLAIM_NOTIFIES, HELPS, INSERTS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS,
+    OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
@@ -88,6 +88,35 @@ fn with_for_of_own_rank_takes_the_owner_path_epoch() {
 #[test]
 fn with_for_of_own_rank_takes_the_owner_path_baseline() {
     with_for_of_own_rank_takes_the_owner_path::<Baseline>();
+}
+
+/// The owner's `with` whose owner entry missed while its instance is in the map — here after a
+/// `get`, which fills a plain entry — finds the instance with a map lookup, not through `insert`:
+/// readers never take the writer lock (design.md, "first touch").
+///
+/// Found by mutation testing (issue 21 of the project's tracker): with `with_slow`'s `fresh`
+/// inverted (`== 0` → `!= 0`), every such `with` went through `insert`, under the writer lock,
+/// found the same instance there, and no test failed.
+fn owner_with_after_get_takes_no_writer_lock<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    on_fresh_thread(|| {
+        rl.get_or(|| 7); // first touch; a plain entry: the scoped owner entry is still empty
+        let inserts = events(&INSERTS, || rl.with(|v| assert_eq!(*v, 7)));
+        assert_eq!(
+            inserts, 0,
+            "the owner's with went through insert (the writer lock) for an instance in the map"
+        );
+    });
+}
+
+#[test]
+fn owner_with_after_get_takes_no_writer_lock_epoch() {
+    owner_with_after_get_takes_no_writer_lock::<Epoch>();
+}
+
+#[test]
+fn owner_with_after_get_takes_no_writer_lock_baseline() {
+    owner_with_after_get_takes_no_writer_lock::<Baseline>();
 }
 
 /// `Baseline` is the C++ design: the read lock for every delegated lookup, never the cache.
