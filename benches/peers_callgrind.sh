@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p ranklocal-benches --example peers -q
-bin=target/release/examples/peers
+bin=${CARGO_TARGET_DIR:-target}/release/examples/peers
 N=${N:-1000}
 SIZE=${SIZE:-}
 CASES=${CASES:-"touch-id miss iter fresh-thread"}

@@ -798,3 +798,113 @@ fn m14b_batched_reclaim_while_scoped_reading_baseline() {
         batched_reclaim_while_scoped_reading::<Baseline>,
     );
 }
+
+/// A value whose contents are a loom cell: a read that does not happen after its construction
+/// (an instance published without Release/Acquire) is a causality violation.
+struct Cellv {
+    v: loom::cell::UnsafeCell<u64>,
+    _track: Track<()>,
+}
+
+// SAFETY: the cell is written only at construction, before the value is published; afterwards it
+// is only read (loom checks exactly that ordering).
+unsafe impl Sync for Cellv {}
+
+impl Cellv {
+    fn new(v: u64) -> Cellv {
+        Cellv {
+            v: loom::cell::UnsafeCell::new(v),
+            _track: Track::new(()),
+        }
+    }
+
+    fn read(&self) -> u64 {
+        // SAFETY: never written after construction (see `Sync`).
+        self.v.with(|p| unsafe { *p })
+    }
+}
+
+/// 15. A first touch fills its empty slot of the published leaf in place (I38) while a delegate
+///     on another thread looks the rank up and then iterates: it sees the rank absent or its
+///     fully built instance (the fill's Release store publishes it, I2), and its snapshot has
+///     each rank once, with its own value.
+fn fill_in_place_while_reading<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Cellv, B>::new());
+    // Two ranks whose ids share a leaf (2 slots under loom: ids 2k and 2k + 1): consecutive ids,
+    // the first one even.
+    let mut ranks: Vec<Rank> = (0..3).map(|_| Rank::new()).collect();
+    if ranks[0].id().as_u64() % 2 == 1 {
+        ranks.remove(0);
+    }
+    let (a, b) = (ranks[0].id(), ranks[1].id());
+    assert_eq!(b.as_u64(), a.as_u64() + 1, "rank ids are consecutive");
+    on_behalf_of(a, || rl.get_or(|| Cellv::new(a.as_u64()))); // the leaf of a and b
+    let writer = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            on_behalf_of(b, || rl.get_or(|| Cellv::new(b.as_u64())).read()) // fills b's slot
+        })
+    };
+    let got = rl.get_for(b).map(Cellv::read);
+    assert!(
+        got.is_none() || got == Some(b.as_u64()),
+        "torn instance: {got:?}"
+    );
+    let seen: Vec<(RankId, u64)> = rl.iter().map(|(r, v)| (r, v.read())).collect();
+    assert!(
+        seen.len() == 1 || seen.len() == 2,
+        "torn snapshot: {seen:?}"
+    );
+    assert!(seen.iter().all(|&(r, v)| r.as_u64() == v));
+    assert_eq!(writer.join().unwrap(), b.as_u64());
+    outcome(if got.is_some() { 1 } else { 2 }); // 1: read after the fill; 2: before
+    assert_eq!(rl.len(), 2);
+}
+
+#[test]
+fn m15_fill_in_place_while_reading_epoch() {
+    model(
+        "m15 first touch fills a published leaf while a delegate reads (epoch)",
+        280,
+        0b11,
+        fill_in_place_while_reading::<Epoch>,
+    );
+}
+
+/// 16. A held iterator's leaves are never filled in place (I38): a first touch into its leaf on
+///     another thread, while the iterator is walked, copies the leaf; the iterator sees exactly
+///     its snapshot.
+fn held_iterator_while_a_first_touch_shares_its_leaf<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Cellv, B>::new());
+    let mut ranks: Vec<Rank> = (0..3).map(|_| Rank::new()).collect();
+    if ranks[0].id().as_u64() % 2 == 1 {
+        ranks.remove(0);
+    }
+    let (a, b) = (ranks[0].id(), ranks[1].id());
+    on_behalf_of(a, || rl.get_or(|| Cellv::new(a.as_u64())));
+    let held = rl.iter();
+    let writer = {
+        let rl = rl.clone();
+        thread::spawn(move || on_behalf_of(b, || rl.get_or(|| Cellv::new(b.as_u64())).read()))
+    };
+    let seen: Vec<(RankId, u64)> = held.map(|(r, v)| (r, v.read())).collect();
+    let n = rl.len();
+    assert_eq!(
+        seen,
+        [(a, a.as_u64())],
+        "the held iterator saw a later first touch"
+    );
+    assert_eq!(writer.join().unwrap(), b.as_u64());
+    outcome(n); // 1: walked before the first touch; 2: after
+    assert_eq!(rl.iter().count(), 2);
+}
+
+#[test]
+fn m16_held_iterator_while_a_first_touch_shares_its_leaf_epoch() {
+    model(
+        "m16 held iterator while a first touch shares its leaf (epoch)",
+        80,
+        0b11,
+        held_iterator_while_a_first_touch_shares_its_leaf::<Epoch>,
+    );
+}

@@ -31,6 +31,7 @@ controls=(
   "scoped instance dropped at once, not after the grace period#src/rank_local/reclaim.rs#s/unsafe { collector::retire(Retired::Token(Arc::clone(\&done)), flush) };/done.store(true, Ordering::Release); let _ = flush;/#m13_reclaim_while_scoped_reading_epoch#Causality violation"
   "no fresh uid before retiring (stale pinned cache entry)#src/rank_local/reclaim.rs#s/self.uid.store(fresh_uid(), Ordering::SeqCst);/let _ = fresh_uid;/#m13_reclaim_while_scoped_reading_epoch#unexpected object stored at reference\\|rt/object.rs"
   "a batch unpublishes only its first rank, retires them all#src/backend/epoch.rs#s/let n = ranks.iter().filter(|\&\&r| w.remove(r).is_some()).count();/let n = ranks.iter().take(1).filter(|\&\&r| w.remove(r).is_some()).count();/#m14_batched_reclaim_while_scoped_reading_epoch#Causality violation\\|left: 1\\|rt\/object.rs"
+  "a first touch fills a published leaf with a Relaxed store#src/trie/node.rs#s/        self.0.store(p.as_ptr(), Ordering::Release);/        self.0.store(p.as_ptr(), Ordering::Relaxed);/#m15_fill_in_place_while_reading_epoch#Causality violation"
   "init does not wait for another thread's claim#src/rank_local/init.rs#s/None => break,/_ => break,/#m7a_first_touch_same_rank_owner_and_delegate_baseline#init ran twice"
 )
 failed=0

@@ -466,7 +466,17 @@ fn repeated_iters_keep_nothing<B: Backend>() {
         }
         on_behalf_of(r.id(), || rl.get_or(|| 1)); // a write: the snapshots iterated are replaced
     }
-    rl.reclaim_exited_blocking(); // flushes the collector: replaced versions can die
+    // A blocking reclamation of an exited scoped rank waits until its batch's grace period is
+    // over, and the versions retired before it are released with it (I37): they are dead.
+    let gone = ranklocal::Rank::new();
+    on_behalf_of(gone.id(), || rl.with(|_| ()));
+    drop(gone);
+    assert_eq!(rl.reclaim_exited_blocking(), 1);
+    // A write that publishes a version (one after an `iter` does) frees the dead versions'
+    // nodes; a first touch that fills a slot in place (I38) would publish none.
+    assert!(rl.iter().count() >= 32);
+    let extra = ranklocal::Rank::new();
+    on_behalf_of(extra.id(), || rl.get_or(|| 1));
     let grew = LIVE_BYTES.load(Ordering::SeqCst) - before;
     // 200 new instances and their share of the trie stay; 200 versions kept would be ~200 KiB
     assert!(

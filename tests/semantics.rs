@@ -25,6 +25,8 @@ common::backend_tests! {
     iter_is_one_consistent_snapshot,
     a_held_iterator_is_its_snapshot_after_purge_clear_and_sweep,
     iter_crosses_threads_and_keeps_its_snapshot,
+    first_touches_after_a_snapshot_stay_out_of_it,
+    len_counts_every_first_touch,
 }
 
 /// Threads for the multi-threaded tests: oversubscribes a 2-core machine.
@@ -325,4 +327,73 @@ fn iter_crosses_threads_and_keeps_its_snapshot<B: Backend>() {
     }
     assert!(it.next().is_none());
     assert_eq!(total, 72);
+}
+
+/// A first touch whose trie leaf exists fills its slot of the published leaf in place on `Epoch`
+/// (I38). No snapshot may see it: not a held `iter()` (whose instances were marked when it was
+/// taken, I31), not a `for_each` in progress. Many ranks with consecutive ids, so they share
+/// leaves, touched by this thread and others after each snapshot was taken.
+fn first_touches_after_a_snapshot_stay_out_of_it<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let ranks: Vec<Rank> = (0..40).map(|_| Rank::new()).collect();
+    let touch = |r: &Rank| on_behalf_of(r.id(), || *rl.get_or(|| r.id().as_u64()));
+    ranks[..4].iter().for_each(|r| {
+        touch(r);
+    });
+    let before: HashSet<RankId> = ranks[..4].iter().map(Rank::id).collect();
+    let held = rl.iter();
+    ranks[4..12].iter().for_each(|r| {
+        touch(r);
+    });
+    thread::scope(|s| {
+        s.spawn(|| {
+            ranks[12..20].iter().for_each(|r| {
+                touch(r);
+            })
+        });
+    });
+    let seen: HashSet<RankId> = held.map(|(r, _)| r).collect();
+    assert_eq!(
+        seen, before,
+        "a held iterator saw first touches made after it was taken"
+    );
+    let before: HashSet<RankId> = ranks[..20].iter().map(Rank::id).collect();
+    let mut visited = HashSet::new();
+    let mut next = ranks[20..].iter();
+    rl.for_each(|r, v| {
+        assert_eq!(*v, r.as_u64());
+        visited.insert(r);
+        if let Some(n) = next.next() {
+            touch(n); // the same leaves, while the visit is on
+        }
+    });
+    assert_eq!(
+        visited, before,
+        "for_each visited first touches made during the visit"
+    );
+    assert_eq!(rl.iter().count(), 40);
+}
+
+/// `len` counts every instance, whether its first touch wrote a new version or filled a slot of
+/// the published one in place (I38), across removals and the writes after them.
+fn len_counts_every_first_touch<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let mut ranks: Vec<Rank> = (0..100).map(|_| Rank::new()).collect();
+    for (i, r) in ranks.iter().enumerate() {
+        on_behalf_of(r.id(), || rl.with(|_| ()));
+        assert_eq!(rl.len(), i + 1);
+    }
+    ranks.truncate(50); // 50 exit
+    assert_eq!(rl.reclaim_exited(), 50);
+    assert_eq!(rl.len(), 50);
+    let more: Vec<Rank> = (0..30).map(|_| Rank::new()).collect();
+    for (i, r) in more.iter().enumerate() {
+        on_behalf_of(r.id(), || rl.get_or(|| 1));
+        assert_eq!(rl.len(), 51 + i);
+        if i % 7 == 0 {
+            assert_eq!(rl.iter().count(), 51 + i); // a snapshot: the next touch writes a version
+        }
+    }
+    assert_eq!(rl.len(), rl.iter().count());
+    assert_eq!(rl.len(), 80);
 }

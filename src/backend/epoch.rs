@@ -3,15 +3,19 @@
 //!
 //! - Read: pin, `load(Acquire)` the current version, descend the trie (2 levels up to 4,095
 //!   ranks, 3 up to 262,143). A pin writes only this thread's own epoch slot.
+//! - Fill (a first touch whose trie leaf exists and is in no iterator's snapshot): store the
+//!   instance's pointer into its empty slot of the published leaf, Release (I38). Nothing is
+//!   copied, published or retired.
 //! - Publish (one writer at a time: the `RankLocal` serializes them, and the map's own writer
 //!   mutex makes that a local fact): path-copy the trie (O(log n) nodes), `store(Release)` a new
 //!   version header, and hand the old header's *epoch reference* to the collector
 //!   (`defer_unchecked`), which releases it once every thread pinned at the unlinking has
 //!   unpinned. The replaced nodes go to the writer's [`Reclaimer`], which frees each once every
 //!   version containing it is dead (I13, I14).
-//! - Iterate: under a short pin, load the version and take a count on its header (I15); the
-//!   iterator then holds that one version, not the epoch: it does not stall reclamation of
-//!   anything else in the process.
+//! - Iterate: under the writer mutex, for one load and one increment, freeze the published
+//!   version (no later first touch fills its leaves, I38) and take a count on its header (I15);
+//!   the iterator then holds that one version, not the epoch: it does not stall reclamation of
+//!   anything else in the process. No user code runs while the mutex is held.
 //! - Exclusive access (`&mut`): no reader can exist, so everything is freed at once.
 //!
 //! Every pin here is of the crate's own collector ([`crate::collector`], I18).
@@ -30,8 +34,10 @@ use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
 /// Persistent-trie snapshots reclaimed through crossbeam-epoch (the default backend).
 ///
 /// Readers pin the epoch (a thread-local write), load the current version and descend its trie;
-/// they never lock, never write a shared cache line and never allocate. A first touch copies the
-/// O(log n) nodes on the new rank's path and retires only the nodes it replaced.
+/// they never lock, never write a shared cache line and never allocate. A first touch fills its
+/// empty slot of the published trie leaf in place; one that needs a new leaf (or whose leaf an
+/// `iter()` holds) copies the O(log n) nodes on the new rank's path and retires only the nodes it
+/// replaced.
 ///
 /// ```
 /// use ranklocal::{Epoch, RankLocal};
@@ -121,6 +127,9 @@ impl Drop for VersionRef {
 pub struct EpochMap {
     head: Atomic<EpochVersion>,
     writer: Mutex<Reclaimer<VersionRef>>,
+    /// Entries of the map: the published version's trie counts its own, not those filled in
+    /// place since (I38). Written by the writer only (I16).
+    len: AtomicUsize,
 }
 
 impl EpochMap {
@@ -139,11 +148,27 @@ impl EpochMap {
             self.head.store(Shared::null(), Ordering::Relaxed);
             h
         };
+        self.len.store(0, Ordering::Relaxed); // exclusive access (I6)
         let head = NonNull::new(head.as_raw().cast_mut())?;
         // SAFETY: the published header holds its epoch reference and the writer's (I17), both
         // ours under exclusive access, and no iterator exists (I6): freeing it frees it once.
         let v = unsafe { Box::from_raw(head.as_ptr()) };
         Some(v.v.trie)
+    }
+
+    /// The published version's header, read by the writer (the caller holds the writer mutex,
+    /// as `_writer` shows): alive while the mutex is held (I16, I17); `None` while nothing is
+    /// published.
+    fn published(&self, _writer: &mut Reclaimer<VersionRef>) -> Option<NonNull<EpochVersion>> {
+        // No pin: only writers replace `head`, under the writer mutex (I16), and a published
+        // version keeps its epoch reference until it is replaced (I17), so the version loaded
+        // here stays alive while the mutex is held. Relaxed would do (the mutex orders writers);
+        // Acquire keeps the reasoning local: we read the nodes we copy.
+        // SAFETY: `unprotected` is enough for a pointer the writer mutex keeps alive (I16, I17).
+        let old = self
+            .head
+            .load(Ordering::Acquire, unsafe { epoch::unprotected() });
+        NonNull::new(old.as_raw().cast_mut())
     }
 
     /// One write (I16): begins a [`Write`] on the published version, lets `f` change it, and
@@ -152,20 +177,28 @@ impl EpochMap {
     /// [`Reclaimer`].
     fn publish<R>(&self, f: impl FnOnce(&mut Write<'_, VersionRef>) -> Option<R>) -> Option<R> {
         let mut w = lock(&self.writer);
-        // No pin: only writers replace `head`, under this mutex (I16), and a published version
-        // keeps its epoch reference until it is replaced (I17), so the version loaded here stays
-        // alive while the mutex is held. Relaxed would do (the mutex orders writers); Acquire
-        // keeps the reasoning local: we read the nodes we copy.
-        // SAFETY: `unprotected` is enough for a pointer the writer mutex keeps alive (I16, I17).
-        let old = self
-            .head
-            .load(Ordering::Acquire, unsafe { epoch::unprotected() });
-        // SAFETY: as just said, the header is alive while the mutex is held (I16, I17).
-        let (base, seq) = unsafe { old.as_ref() }.map_or((Trie::EMPTY, 0), |o| (o.v.trie, o.v.seq));
+        self.publish_locked(&mut w, f)
+    }
+
+    /// [`publish`](Self::publish) with the writer mutex held.
+    fn publish_locked<R>(
+        &self,
+        w: &mut Reclaimer<VersionRef>,
+        f: impl FnOnce(&mut Write<'_, VersionRef>) -> Option<R>,
+    ) -> Option<R> {
+        let old = self.published(w);
+        // SAFETY: alive while the mutex is held (I16, I17).
+        let (mut base, seq) = old.map_or((Trie::EMPTY, 0), |o| unsafe {
+            (o.as_ref().v.trie, o.as_ref().v.seq)
+        });
+        // the fills since the version was published are in its nodes, not in its count (I38)
+        base.set_len(self.len.load(Ordering::Relaxed));
         // SAFETY: the writer mutex makes this the only writer (I16); the current version's nodes
         // are alive (I13) and every published node is born at `seq` or earlier (I12).
         let mut write = unsafe { w.write(base, seq) };
         let r = f(&mut write)?;
+        // Relaxed: a count, read for `len` only; the writer mutex orders the writers' accesses.
+        self.len.store(write.trie().len(), Ordering::Relaxed);
         let header = EpochVersion {
             v: Version::new(write.trie(), write.seq()),
             refs: AtomicUsize::new(2), // published + the writer's (I17)
@@ -192,7 +225,6 @@ impl EpochMap {
         self.head
             .store(Shared::from(new.cast_const()), Ordering::Release);
         // From the raw pointer: the header is freed through it (I17).
-        let old = NonNull::new(old.as_raw().cast_mut());
         if let Some(old) = old {
             // gives up the epoch reference, run by the collector
             let header = old.cast();
@@ -276,6 +308,7 @@ impl Backend for Epoch {
     const EMPTY: EpochMap = EpochMap {
         head: Atomic::null(),
         writer: Mutex::new(Reclaimer::NEW),
+        len: AtomicUsize::new(0),
     };
 
     #[cfg(loom)]
@@ -283,6 +316,7 @@ impl Backend for Epoch {
         EpochMap {
             head: Atomic::null(),
             writer: Mutex::new(Reclaimer::NEW),
+            len: AtomicUsize::new(0),
         }
     }
 
@@ -318,7 +352,19 @@ impl Backend for Epoch {
     }
 
     fn insert(map: &EpochMap, rank: u64, ptr: Erased) {
-        map.publish(|w| {
+        let mut w = lock(&map.writer);
+        if let Some(v) = map.published(&mut w) {
+            // SAFETY: the writer mutex makes this the only writer (I16); the published version's
+            // header and nodes are alive while it is held (I13, I17); the caller initialized the
+            // instance (I2).
+            if unsafe { w.fill(&v.as_ref().v.trie, rank, ptr) } {
+                // Relaxed: as in `publish_locked`.
+                let len = map.len.load(Ordering::Relaxed);
+                map.len.store(len + 1, Ordering::Relaxed);
+                return;
+            }
+        }
+        map.publish_locked(&mut w, |w| {
             let prev = w.insert(rank, ptr);
             debug_assert!(prev.is_none(), "rank inserted twice");
             Some(())
@@ -334,32 +380,29 @@ impl Backend for Epoch {
     }
 
     fn len(map: &EpochMap) -> usize {
-        let guard = pin();
-        let v = map.head.load(Ordering::Acquire, &guard);
-        // SAFETY: loaded under `guard` (I14, I17).
-        unsafe { v.as_ref() }.map_or(0, |v| v.v.len())
+        // Relaxed: a count; nothing is read through it.
+        map.len.load(Ordering::Relaxed)
     }
 
     fn iter(map: &EpochMap) -> EpochIter<'_> {
-        let guard = pin();
-        let v = map.head.load(Ordering::Acquire, &guard);
-        let version = NonNull::new(v.as_raw().cast_mut());
-        if let Some(v) = version {
-            // SAFETY: loaded under `guard`: the epoch reference is still held (I14), so the
-            // header is alive (I17).
-            let refs = unsafe { &v.as_ref().refs };
-            // Relaxed, as `Arc::clone`: the epoch reference keeps the count above zero; this
-            // increment is sequenced before our unpin, which happens before the collector
-            // releases the epoch reference, so the writer cannot see the version dead while we
-            // hold it (I15).
-            let before = refs.fetch_add(1, Ordering::Relaxed);
-            // As `Arc`: a count that could wrap (2^63 leaked iterators on 64-bit, 2^31 on 32-bit)
-            // would free a header in use; abort long before that.
+        // Under the writer mutex, for as long as one load and one increment take: no write can
+        // publish or fill meanwhile (I16), so the version taken is frozen before any later write
+        // (I38) and stays a snapshot. No user code runs while the mutex is held.
+        let mut w = lock(&map.writer);
+        let version = map.published(&mut w).inspect(|v| {
+            // SAFETY: alive while the writer mutex is held (I16, I17).
+            let v = unsafe { v.as_ref() };
+            w.freeze(v.v.seq);
+            // Relaxed, as `Arc::clone`: the epoch reference keeps the count above zero, and the
+            // writer reads the count (`is_dead`) only under the mutex, after this (I15, I16).
+            let before = v.refs.fetch_add(1, Ordering::Relaxed);
+            // As `Arc`: a count that could wrap (2^63 leaked iterators on 64-bit, 2^31 on
+            // 32-bit) would free a header in use; abort long before that.
             if before > isize::MAX as usize {
                 std::process::abort();
             }
-        }
-        drop(guard); // the iterator holds its version by count, not by pin (I15)
+        });
+        drop(w); // the iterator holds its version by count (I15)
         EpochIter {
             version,
             cursor: Cursor::START,
@@ -390,6 +433,7 @@ impl Backend for Epoch {
             // Relaxed: exclusive access; whatever ends `&mut` orders it for later readers.
             map.head
                 .store(Shared::from(new.cast_const()), Ordering::Relaxed);
+            map.len.store(trie.len(), Ordering::Relaxed);
         }
         removed
     }

@@ -119,7 +119,8 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn len(map: &Self::Map) -> usize;
 
-    /// Every entry, from one consistent snapshot that the iterator keeps alive.
+    /// Every entry, from one consistent snapshot that the iterator keeps alive (on `Epoch`, no
+    /// later first touch fills a slot of it in place, I38).
     #[doc(hidden)]
     fn iter(map: &Self::Map) -> Self::Iter<'_>;
 

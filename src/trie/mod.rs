@@ -11,7 +11,9 @@
 //! replaced).
 //!
 //! # Path copying (I12)
-//! A published node is never written. A write at sequence number `s` copies every node on the
+//! A published node is never written, but for one thing: [`Trie::fill_in_place`] turns an empty
+//! slot of a published leaf into a full one (I38; `Epoch` only, never for a leaf an iterator's
+//! snapshot holds). A write at sequence number `s` copies every node on the
 //! root-to-leaf path whose `birth` is older than `s` (the copy is born at `s`), records the
 //! original as *replaced at `s`*, and mutates in place only nodes born at `s` — nodes this write
 //! built, which nobody else can see yet. So a first touch copies `height` nodes (O(log n)) and
@@ -52,7 +54,7 @@ mod version;
 
 #[cfg(loom)]
 pub(crate) use self::node::Canary;
-use self::node::{fits, height_for, index, low_mask, Node, Scratch, Slot};
+use self::node::{fits, height_for, index, low_mask, Node, Scratch, Slot, SlotCell};
 pub(crate) use self::node::{BITS, FANOUT, MAX_HEIGHT};
 pub(crate) use self::reclaimer::{Reclaimer, ReplacedVersion, Write};
 pub(crate) use self::version::{entries, Cursor, Version};
@@ -71,8 +73,9 @@ pub(crate) struct Trie {
     len: usize,
 }
 
-// SAFETY: a `Trie` is pointers to immutable nodes (I12) holding `Erased` pointers, which are
-// `Send + Sync` (I7); who may free the nodes is decided by the owning map's writer (I13).
+// SAFETY: a `Trie` is pointers to nodes that are immutable (I12) but for atomic fills of empty
+// leaf slots (I38), holding `Erased` pointers, which are `Send + Sync` (I7); who may free the
+// nodes is decided by the owning map's writer (I13).
 unsafe impl Send for Trie {}
 // SAFETY: as for `Send` (I7, I12).
 unsafe impl Sync for Trie {}
@@ -104,6 +107,12 @@ impl Trie {
         self.len
     }
 
+    /// Sets the number of entries: a backend that fills slots in place (I38) keeps the count
+    /// itself and hands it to the next write.
+    pub(crate) fn set_len(&mut self, len: usize) {
+        self.len = len;
+    }
+
     /// Levels (0 if empty).
     #[cfg(test)]
     pub(crate) fn height(&self) -> u32 {
@@ -122,16 +131,58 @@ impl Trie {
         let mut node = self.root?.cast::<Node>();
         let mut shift = self.top_shift; // < 64, a multiple of BITS
         while shift != 0 {
-            // SAFETY: reachable from this trie, hence alive (caller, I13); immutable (I12).
+            // SAFETY: reachable from this trie, hence alive (caller, I13); its slots are read by
+            // atomic loads (I12, I38).
             let n = unsafe { &*node.as_ptr() };
             canary_read!(n);
-            node = n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)]?.cast();
+            node = n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)]
+                .load()?
+                .cast();
             shift -= BITS;
         }
         // SAFETY: as above: the leaf is reachable, hence alive (I13).
         let leaf = unsafe { &*node.as_ptr() };
         canary_read!(leaf);
-        leaf.slots[id as usize & (FANOUT - 1)].map(Erased::from_non_null)
+        leaf.slots[id as usize & (FANOUT - 1)]
+            .load()
+            .map(Erased::from_non_null)
+    }
+
+    /// Fills `id`'s empty slot in place (I38), if its leaf exists, is younger than `frozen` (no
+    /// iterator's snapshot contains it) and the slot is empty; returns whether it did. Changes
+    /// no node's shape: no node is created, copied or replaced, so the trie value and every
+    /// version's reclamation are unchanged (I13).
+    ///
+    /// # Safety
+    /// The caller is the map's only writer (I16); every node reachable from this trie is alive
+    /// (I13); `ptr` points to an initialized instance (I2); `frozen` is the sequence number of
+    /// the newest version an iterator was handed out for (I38).
+    pub(crate) unsafe fn fill_in_place(&self, id: u64, ptr: Erased, frozen: u64) -> bool {
+        if id > self.max {
+            return false;
+        }
+        let Some(mut node) = self.root.map(NonNull::cast::<Node>) else {
+            return false;
+        };
+        let mut shift = self.top_shift;
+        while shift != 0 {
+            // SAFETY: reachable from this trie, hence alive (caller, I13).
+            let n = unsafe { &*node.as_ptr() };
+            match n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)].get() {
+                Some(c) => node = c.cast(),
+                None => return false,
+            }
+            shift -= BITS;
+        }
+        // SAFETY: as above (I13).
+        let leaf = unsafe { &*node.as_ptr() };
+        let slot = &leaf.slots[id as usize & (FANOUT - 1)];
+        if leaf.birth <= frozen || slot.get().is_some() {
+            return false;
+        }
+        // None -> Some, once, by the only writer (I16, I38); Release publishes the instance.
+        slot.fill(ptr.as_ptr::<()>());
+        true
     }
 
     /// Grows the trie (new roots over the old one) until it can hold `id`; new roots are born at
@@ -145,27 +196,29 @@ impl Trie {
             // SAFETY: no node to copy from (I13).
             let root = unsafe { scratch.node(None, seq) };
             // SAFETY: just made, born at `seq`: private to this write (I12).
-            unsafe { (*root.as_ptr()).slots[0] = self.root };
+            unsafe { (*root.as_ptr()).slots[0].set(self.root) };
             self.root = Some(root.cast());
             self.set_height(self.height + 1);
         }
     }
 
-    /// The node a write at `seq` may mutate for `link`'s child: the child itself if it was born
+    /// The node a write at `seq` may mutate in place of `child`: `child` itself if it was born
     /// at `seq` (private to this write), else a copy born at `seq` (the original goes to
-    /// `replaced`), or a new empty node if the slot is empty. Stores it in `*link`.
+    /// `replaced`), or a new empty node if `child` is `None`. The caller stores it where `child`
+    /// was.
     ///
     /// # Safety
-    /// `*link` is a slot of a node born at `seq` (or the trie's root field), and every node born
-    /// at `seq` is private to this write (I12).
-    unsafe fn own_child(link: &mut Slot, seq: u64, scratch: &mut Scratch) -> NonNull<Node> {
-        let node = match *link {
+    /// `child` is the trie's root or a slot of a node born at `seq`, every node born at `seq` is
+    /// private to this write (I12), and the caller is the map's only writer (I16).
+    unsafe fn own_child(child: Slot, seq: u64, scratch: &mut Scratch) -> NonNull<Node> {
+        let node = match child {
             // SAFETY: reachable from the trie being written, hence alive (I13).
             Some(n) if unsafe { Node::birth_of(n.cast()) } == seq => n.cast(),
             Some(n) => {
                 let n = n.cast::<Node>();
                 scratch.replaced.push(n);
-                // SAFETY: alive (I13); published nodes are only read, never written (I12).
+                // SAFETY: alive (I13); the only writer copies it (I16); published nodes are
+                // never written but for I38's fills, which only this writer makes.
                 unsafe { scratch.node(Some(n), seq) }
             }
             // SAFETY: no node to copy from (I13).
@@ -175,8 +228,30 @@ impl Trie {
         // SAFETY: just allocated or reachable from the trie, hence alive (I13).
         #[cfg(loom)]
         unsafe { node.as_ref() }.canary.write();
-        *link = Some(node.cast());
         node
+    }
+
+    /// Where the child on a write's path hangs: the trie's root field or a slot of a node born
+    /// at the write's sequence number (private to it, I12).
+    fn link_get(&self, link: Option<(NonNull<Node>, usize)>) -> Slot {
+        match link {
+            None => self.root,
+            // SAFETY: a node on this write's path, alive (I13).
+            Some((n, i)) => unsafe { (*n.as_ptr()).slots[i].get() },
+        }
+    }
+
+    /// Stores `s` where [`link_get`](Self::link_get) read.
+    ///
+    /// # Safety
+    /// `link` is the root field or a slot of a node born at the write's sequence number, private
+    /// to it (I12).
+    unsafe fn link_set(&mut self, link: Option<(NonNull<Node>, usize)>, s: Slot) {
+        match link {
+            None => self.root = s,
+            // SAFETY: the caller's contract: private to this write (I12).
+            Some((n, i)) => unsafe { (*n.as_ptr()).slots[i].set(s) },
+        }
     }
 
     /// Sets `id -> ptr` by path copying at sequence number `seq`, pushing every node it replaced
@@ -184,7 +259,8 @@ impl Trie {
     ///
     /// # Safety
     /// Every node reachable from this trie is alive; nodes born at `seq` are private to this
-    /// writer (never published, I12) and no other node is born at `seq` or later.
+    /// writer (never published, I12) and no other node is born at `seq` or later; the caller is
+    /// the map's only writer (I16).
     pub(crate) unsafe fn insert(
         &mut self,
         id: u64,
@@ -193,23 +269,27 @@ impl Trie {
         scratch: &mut Scratch,
     ) -> Option<Erased> {
         self.grow_for(id, seq, scratch);
-        let mut link: *mut Slot = &mut self.root;
+        let mut link = None;
         let mut level = self.height - 1;
         loop {
             // SAFETY: `link` is the root field or a slot of a node born at `seq` that this write
-            // owns (I12); the caller's contract covers the rest.
-            let node = unsafe { Trie::own_child(&mut *link, seq, scratch) };
-            // SAFETY: `node` is born at `seq`: private to this write, so writing it races no
-            // reader (I12).
-            let slot = unsafe { &mut (*node.as_ptr()).slots[index(id, level)] };
+            // owns (I12); the caller's contract covers the rest (I13, I16).
+            let node = unsafe { Trie::own_child(self.link_get(link), seq, scratch) };
+            // SAFETY: as just said (I12).
+            unsafe { self.link_set(link, Some(node.cast())) };
+            let i = index(id, level);
             if level == 0 {
-                let old = slot.replace(ptr.as_ptr::<()>());
+                // SAFETY: `node` is born at `seq`: private to this write, so writing it races no
+                // reader (I12).
+                let slot = unsafe { &(*node.as_ptr()).slots[i] };
+                let old = slot.get();
+                slot.set(Some(ptr.as_ptr::<()>()));
                 if old.is_none() {
                     self.len += 1;
                 }
                 return old.map(Erased::from_non_null);
             }
-            link = slot;
+            link = Some((node, i));
             level -= 1;
         }
     }
@@ -230,23 +310,27 @@ impl Trie {
         // SAFETY: the caller keeps the nodes alive (I13).
         let old = unsafe { self.get(id) }?;
         // The path, root first: the link to each node and the node (born at `seq`).
-        let mut path: [(*mut Slot, Option<NonNull<Node>>); MAX_HEIGHT as usize] =
-            [(core::ptr::null_mut(), None); MAX_HEIGHT as usize];
-        let mut link: *mut Slot = &mut self.root;
+        type Link = Option<(NonNull<Node>, usize)>;
+        let mut path: [(Link, Option<NonNull<Node>>); MAX_HEIGHT as usize] =
+            [(None, None); MAX_HEIGHT as usize];
+        let mut link = None;
         let mut level = self.height - 1;
         let mut depth = 0;
         loop {
-            // SAFETY: as in `insert` (I12); `id` is present, so every slot on the path is full.
-            let node = unsafe { Trie::own_child(&mut *link, seq, scratch) };
+            // SAFETY: as in `insert` (I12, I13, I16); `id` is present, so every slot on the path
+            // is full.
+            let node = unsafe { Trie::own_child(self.link_get(link), seq, scratch) };
+            // SAFETY: as in `insert` (I12).
+            unsafe { self.link_set(link, Some(node.cast())) };
             path[depth] = (link, Some(node));
             depth += 1;
-            // SAFETY: born at `seq`, private to this write (I12).
-            let slot = unsafe { &mut (*node.as_ptr()).slots[index(id, level)] };
+            let i = index(id, level);
             if level == 0 {
-                *slot = None;
+                // SAFETY: born at `seq`, private to this write (I12).
+                unsafe { (*node.as_ptr()).slots[i].set(None) };
                 break;
             }
-            link = slot;
+            link = Some((node, i));
             level -= 1;
         }
         // Drop nodes left empty, leaf first: they are private copies (born at `seq`), never
@@ -254,14 +338,14 @@ impl Trie {
         for &(link, node) in path[..depth].iter().rev() {
             let node = node.expect("path entries are filled up to depth");
             // SAFETY: born at `seq`, private to this write (I12).
-            let empty = unsafe { (*node.as_ptr()).slots.iter().all(Option::is_none) };
+            let empty = unsafe { (*node.as_ptr()).slots.iter().all(|s| s.get().is_none()) };
             if !empty {
                 break;
             }
             // SAFETY: `link` is the root field or a slot of a private node above (I12); `node`
             // is private (born at `seq`), unlinked here, and given up once (I13).
             unsafe {
-                *link = None;
+                self.link_set(link, None);
                 scratch.recycle(node);
             }
         }
@@ -288,18 +372,18 @@ impl Trie {
                 if level == 0 {
                     return Some((node, from));
                 }
-                // SAFETY: reachable, hence alive (caller, I13); immutable (I12).
+                // SAFETY: reachable, hence alive (caller, I13); slots read atomically (I12, I38).
                 let n = unsafe { &*node.as_ptr() };
                 canary_read!(n);
                 let shift = level * BITS;
                 let i = index(from, level);
-                match (i..FANOUT).find(|&j| n.slots[j].is_some()) {
-                    Some(j) => {
+                match (i..FANOUT).find_map(|j| n.slots[j].load().map(|c| (j, c))) {
+                    Some((j, child)) => {
                         if j != i {
                             // first id of child j: keep the bits above this level, zero below
                             from = (from & !low_mask(shift + BITS)) | ((j as u64) << shift);
                         }
-                        node = n.slots[j].expect("found non-empty").cast();
+                        node = child.cast();
                         level -= 1;
                     }
                     None => {
@@ -329,8 +413,8 @@ impl Trie {
         unsafe fn walk(node: NonNull<Node>, level: u32, f: &mut dyn FnMut(NonNull<Node>)) {
             if level > 0 {
                 // SAFETY: alive (caller, I13).
-                let slots = unsafe { (*node.as_ptr()).slots };
-                for child in slots.into_iter().flatten() {
+                let slots = unsafe { &(*node.as_ptr()).slots };
+                for child in slots.iter().filter_map(SlotCell::get) {
                     // SAFETY: a child of a live node of the same trie (I13).
                     unsafe { walk(child.cast(), level - 1, f) };
                 }

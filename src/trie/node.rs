@@ -2,6 +2,8 @@
 
 use core::ptr::NonNull;
 
+use crate::primitive::{AtomicPtr, Ordering};
+
 /// Bits of the id consumed per level.
 #[cfg(not(loom))]
 pub(crate) const BITS: u32 = 6;
@@ -15,16 +17,98 @@ pub(crate) const FANOUT: usize = 1 << BITS;
 /// Levels that hold any `u64` id.
 pub(crate) const MAX_HEIGHT: u32 = 64u32.div_ceil(BITS);
 
-/// A slot: at level 0 an instance (`Erased`), above it a child `Node`; `None` if empty.
+/// A slot's value: at level 0 an instance (`Erased`), above it a child `Node`; `None` if empty.
 pub(super) type Slot = Option<NonNull<()>>;
 
-/// One trie node. Immutable once published (I12).
+/// A node's slot, in an atomic: the writer may fill an *empty* leaf slot of a published node in
+/// place (I38), so every read of a published node's slot is an atomic load. On x86-64 a load or
+/// store of a pointer-sized atomic is the same instruction as a plain one (an Acquire load is
+/// `ldar` on AArch64), so readers pay nothing for it.
+#[repr(transparent)]
+pub(crate) struct SlotCell(AtomicPtr<()>);
+
+impl SlotCell {
+    /// An empty slot.
+    #[inline]
+    pub(super) fn empty() -> SlotCell {
+        SlotCell(AtomicPtr::new(core::ptr::null_mut()))
+    }
+
+    /// A reader's load of a slot of a published node. Acquire: pairs with [`fill`](Self::fill)'s
+    /// Release, so what a slot filled in place points to (an instance initialized before it was
+    /// stored, I2, I38) is visible; every other slot was published by the version's Release
+    /// store already.
+    #[inline]
+    pub(super) fn load(&self) -> Slot {
+        NonNull::new(self.0.load(Ordering::Acquire))
+    }
+
+    /// The writer's read (I16): only the writer stores slots, so its own stores are all it can
+    /// see. Relaxed: program order is enough for a thread reading its own writes.
+    #[inline]
+    pub(super) fn get(&self) -> Slot {
+        NonNull::new(self.0.load(Ordering::Relaxed))
+    }
+
+    /// The writer's store into a node no reader can see yet (born at the write's sequence
+    /// number, I12). Relaxed: the version's Release store publishes it (I2).
+    #[inline]
+    pub(super) fn set(&self, s: Slot) {
+        self.0.store(
+            s.map_or(core::ptr::null_mut(), NonNull::as_ptr),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The writer's in-place fill of an empty slot of a published leaf (I38). Release: whatever
+    /// `p` points to was initialized before, and a reader that loads `p` sees it (I2).
+    #[inline]
+    pub(super) fn fill(&self, p: NonNull<()>) {
+        self.0.store(p.as_ptr(), Ordering::Release);
+    }
+}
+
+/// The slots of a node with nothing in them.
+pub(super) fn empty_slots() -> [SlotCell; FANOUT] {
+    core::array::from_fn(|_| SlotCell::empty())
+}
+
+/// One trie node. Immutable once published (I12), but for the in-place fill of an empty leaf
+/// slot (I38).
 pub(crate) struct Node {
-    pub(super) slots: [Slot; FANOUT],
+    pub(super) slots: [SlotCell; FANOUT],
     /// Sequence number of the version that first contained it (I12).
     pub(super) birth: u64,
     #[cfg(loom)]
     pub(super) canary: Canary,
+}
+
+/// Copies `from`'s slots into `to`.
+///
+/// # Safety
+/// `from` is alive (I13) and `to` is valid for writes, a node no reader can see (born at the
+/// write's sequence number or being built, I12); they do not overlap. The caller is the map's
+/// only writer (I16), so nothing stores into `from` meanwhile (readers only load it).
+unsafe fn copy_slots(from: *const [SlotCell; FANOUT], to: *mut [SlotCell; FANOUT]) {
+    // One 512-byte copy (a `memcpy`): an `AtomicPtr` has the layout of a pointer, and a plain
+    // read racing only with atomic *loads* is no data race; the writer is the only one that
+    // stores (I16).
+    #[cfg(not(loom))]
+    // SAFETY: the caller's contract: `from` alive (I13), `to` private (I12), one writer (I16).
+    unsafe {
+        core::ptr::copy_nonoverlapping(from, to, 1)
+    };
+    // Under loom the slots are loom atomics, which live in loom's model, not in memory.
+    #[cfg(loom)]
+    // SAFETY: the caller's contract, as above (I12, I13, I16); every slot of `to` is written.
+    unsafe {
+        let to = to.cast::<SlotCell>();
+        for (i, s) in (*from).iter().enumerate() {
+            to.add(i).write(SlotCell(AtomicPtr::new(
+                s.get().map_or(core::ptr::null_mut(), NonNull::as_ptr),
+            )));
+        }
+    }
 }
 
 /// Under loom, makes reclamation bugs visible: every lookup *reads* a loom cell that the object's
@@ -72,9 +156,10 @@ impl Drop for Canary {
 }
 
 impl Node {
-    pub(super) fn alloc(slots: [Slot; FANOUT], birth: u64) -> NonNull<Node> {
+    /// A new node with empty slots, born at `birth`.
+    pub(super) fn empty(birth: u64) -> NonNull<Node> {
         NonNull::from(Box::leak(Box::new(Node {
-            slots,
+            slots: empty_slots(),
             birth,
             #[cfg(loom)]
             canary: Canary::new(),
@@ -85,18 +170,17 @@ impl Node {
     /// 520-byte copy, not two through the stack).
     ///
     /// # Safety
-    /// `from` is alive (I13); published nodes are only read, never written (I12).
+    /// `from` is alive (I13); the caller is the map's only writer (I16).
     pub(super) unsafe fn copy_of(from: NonNull<Node>, birth: u64) -> NonNull<Node> {
         let mut b = Box::<Node>::new_uninit();
         let p = b.as_mut_ptr();
-        // SAFETY: `p` is a fresh allocation for a `Node`; each field is written once below,
-        // `slots` by a copy from `from`, alive (the caller's contract, I13), which cannot overlap
-        // it.
+        // SAFETY: `p` is a fresh allocation for a `Node`, seen by no one; each field is written
+        // once below, `slots` by a copy from `from`, alive (the caller's contract, I13, I16),
+        // which cannot overlap it.
         unsafe {
-            core::ptr::copy_nonoverlapping(
+            copy_slots(
                 core::ptr::addr_of!((*from.as_ptr()).slots),
                 core::ptr::addr_of_mut!((*p).slots),
-                1,
             );
             core::ptr::addr_of_mut!((*p).birth).write(birth);
             #[cfg(loom)]
@@ -109,9 +193,9 @@ impl Node {
     /// Frees one node (not its children).
     ///
     /// # Safety
-    /// `node` came from [`Node::alloc`], is freed once, and no one reads it any more (I13).
+    /// `node` came from [`Node::empty`] or [`Node::copy_of`], is freed once, and no one reads it any more (I13).
     pub(super) unsafe fn free(node: NonNull<Node>) {
-        // SAFETY: allocated by `Box` in `alloc`; the caller guarantees the rest (I13).
+        // SAFETY: allocated by `Box` in `empty` or `copy_of`; the caller guarantees the rest (I13).
         drop(unsafe { Box::from_raw(node.as_ptr()) });
     }
 
@@ -211,20 +295,21 @@ impl Scratch {
             return match from {
                 // SAFETY: the caller's contract (I13).
                 Some(f) => unsafe { Node::copy_of(f, birth) },
-                None => Node::alloc([None; FANOUT], birth),
+                None => Node::empty(birth),
             };
         };
         // SAFETY: a spare node is dead and only the writer, which owns `self`, touches it (I13);
-        // `from` is alive and a different node (a spare is reachable from no version).
+        // `from` is alive and a different node (a spare is reachable from no version); the
+        // caller is the only writer (I16).
         unsafe {
             let slots = core::ptr::addr_of_mut!((*n.as_ptr()).slots);
             match from {
-                Some(f) => core::ptr::copy_nonoverlapping(
-                    core::ptr::addr_of!((*f.as_ptr()).slots),
-                    slots,
-                    1,
-                ),
-                None => slots.write([None; FANOUT]),
+                Some(f) => copy_slots(core::ptr::addr_of!((*f.as_ptr()).slots), slots),
+                None => {
+                    for s in &*slots {
+                        s.set(None);
+                    }
+                }
             }
             (*n.as_ptr()).birth = birth;
             // Under loom: a reader still inside the node (a reclamation bug) would race this.

@@ -89,6 +89,10 @@ pub(crate) struct Reclaimer<H> {
     /// again saves a `malloc`/`free` pair per write (about a tenth of a first touch).
     /// Invariant: each was seen dead (I14), so it holds the version's last reference (I17).
     spare_versions: Vec<H>,
+    /// The sequence number of the newest version an iterator's snapshot was taken of (0 if
+    /// none): a leaf born at it or before may be in a snapshot, so it is never filled in place
+    /// (I38).
+    frozen: u64,
 }
 
 // SAFETY: the node pointers are owned by the map's writer, which is serialized (I16); the nodes
@@ -112,7 +116,27 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         probe: 1,
         per_write: 0,
         spare_versions: Vec::new(),
+        frozen: 0,
     };
+
+    /// Fills `id`'s empty slot of `published` in place (I38) if it can: its leaf exists and no
+    /// iterator's snapshot contains it ([`freeze`](Self::freeze)). Returns whether it did; if
+    /// not, the caller writes a new version.
+    ///
+    /// # Safety
+    /// The caller is the map's only writer (I16); `published` is the published version's trie,
+    /// whose nodes are alive (I13); `ptr` points to an initialized instance, published by this
+    /// fill (I2).
+    pub(crate) unsafe fn fill(&mut self, published: &Trie, id: u64, ptr: Erased) -> bool {
+        // SAFETY: forwarded (I2, I13, I16); `frozen` is kept by `freeze` (I38).
+        unsafe { published.fill_in_place(id, ptr, self.frozen) }
+    }
+
+    /// Records that an iterator's snapshot is being taken of the published version `seq`: its
+    /// leaves are never filled in place from now on (I38), so the snapshot stays what it was.
+    pub(crate) fn freeze(&mut self, seq: u64) {
+        self.frozen = self.frozen.max(seq);
+    }
 
     /// Begins building version `base_seq + 1` from `base`, the trie of the published version
     /// `base_seq` (the empty trie and 0 if nothing was published yet).
@@ -237,6 +261,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     pub(crate) unsafe fn free_replaced(&mut self) {
         self.versions = VecDeque::new();
         self.spare_versions = Vec::new();
+        self.frozen = 0; // no iterator exists (I6)
         self.scan_at = MIN_SCAN;
         self.probe = 1;
         for g in std::mem::take(&mut self.garbage) {

@@ -404,7 +404,7 @@ fn spare_nodes_scale_with_the_map() {
     }
     for _ in 0..100 {
         // SAFETY: a fresh node nothing else reaches (I13).
-        unsafe { s.recycle(Node::alloc([None; FANOUT], 0)) };
+        unsafe { s.recycle(Node::empty(0)) };
     }
     assert_eq!(s.spares(), (64, 64), "recycled beyond the cap");
     s.size_for(1_024);
@@ -589,4 +589,47 @@ fn buffers_shrink_only_above_64_slots_and_below_a_quarter_full() {
     assert!(!drained(32, 128), "a quarter full is kept");
     assert!(!drained(100, 128));
     assert!(!drained(128, 128));
+}
+
+/// I38: a first touch fills its slot of the published leaf in place only when the leaf exists,
+/// is younger than the newest snapshot taken (`frozen`) and the slot is empty, and only below the
+/// trie's range; what it fills, lookups and iteration then see, and the trie's shape (its nodes
+/// and their births) is unchanged.
+#[test]
+fn fills_in_place_only_into_an_existing_unfrozen_leafs_empty_slot() {
+    let mut t = Owned::new();
+    t.insert(1, ptr(1)); // one leaf (ids 0..64), born at 1
+                         // SAFETY: single-threaded test: the only writer, nodes alive while `t` is (I13, I16).
+    let fill =
+        |t: &Owned, id: u64, frozen: u64| unsafe { t.trie.fill_in_place(id, ptr(id), frozen) };
+    assert!(
+        fill(&t, 2, 0),
+        "an empty slot of an existing, unfrozen leaf"
+    );
+    assert_eq!(t.get(2), Some(ptr(2)));
+    assert!(!fill(&t, 2, 0), "a full slot is never written in place");
+    assert!(
+        !fill(&t, 3, 1),
+        "a leaf born at or before the newest snapshot is frozen"
+    );
+    assert!(fill(&t, 3, 0));
+    assert!(
+        !fill(&t, 64, 0),
+        "beyond the trie's range: the write must grow it"
+    );
+    t.insert(64, ptr(64)); // height 2: leaves 0..64 and 64..128 under a root
+    assert!(
+        !fill(&t, 200, 0),
+        "no leaf for ids 192..256: the write must create it"
+    );
+    assert!(fill(&t, 65, 0));
+    assert_eq!(t.get(65), Some(ptr(65)));
+    assert_eq!(t.get(4), None);
+    let ids: Vec<u64> = t.entries().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(ids, [1, 2, 3, 64, 65]);
+    assert_eq!(
+        t.trie.len(),
+        2,
+        "the trie counts its own writes, not the fills"
+    );
 }

@@ -39,13 +39,13 @@ impl Cursor {
     pub(crate) unsafe fn next(&mut self, trie: &Trie) -> Option<(u64, Erased)> {
         loop {
             if let Some(leaf) = self.leaf {
-                // SAFETY: a leaf of `trie`, alive (caller, I13); immutable (I12).
+                // SAFETY: a leaf of `trie`, alive (caller, I13); slots read atomically (I12, I38).
                 let n = unsafe { &*leaf.as_ptr() };
                 canary_read!(n);
                 while self.idx < FANOUT {
                     let i = self.idx;
                     self.idx += 1;
-                    if let Some(p) = n.slots[i] {
+                    if let Some(p) = n.slots[i].load() {
                         return Some((self.base | i as u64, Erased::from_non_null(p)));
                     }
                 }
@@ -108,7 +108,9 @@ impl Version {
         unsafe { self.trie.get(id) }
     }
 
-    /// Number of entries.
+    /// Number of entries (`ArcSwap` only: `Epoch` fills slots in place and counts them itself,
+    /// I38).
+    #[cfg(all(feature = "arc-swap", not(loom)))]
     #[inline]
     pub(crate) fn len(&self) -> usize {
         canary_read!(self);
