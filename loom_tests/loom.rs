@@ -472,6 +472,8 @@ fn replaced_nodes_are_retired_after_readers<B: Backend>() {
         })
     };
     on_behalf_of(a, || rl.get_or(|| Inst::new(2))); // version 2: grows, replaces nothing
+    // An iterator freezes version 2 (I38): `b`'s first touch cannot fill its leaf in place.
+    drop(rl.iter());
     on_behalf_of(b, || rl.get_or(|| Inst::new(3))); // version 3: replaces version 2's path
     let (v, n) = reader.join().unwrap();
     assert_eq!(v, Some(1));
@@ -484,7 +486,7 @@ fn replaced_nodes_are_retired_after_readers<B: Backend>() {
 fn m9_replaced_nodes_are_retired_after_readers_epoch() {
     model(
         "m9 replaced nodes retired after readers (epoch)",
-        640,
+        1250,
         0b11,
         replaced_nodes_are_retired_after_readers::<Epoch>,
     );
