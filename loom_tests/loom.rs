@@ -472,8 +472,7 @@ fn replaced_nodes_are_retired_after_readers<B: Backend>() {
         })
     };
     on_behalf_of(a, || rl.get_or(|| Inst::new(2))); // version 2: grows, replaces nothing
-    // An iterator freezes version 2 (I38): `b`'s first touch cannot fill its leaf in place.
-    drop(rl.iter());
+    drop(rl.iter()); // freezes version 2 (I38): `b`'s first touch cannot fill its leaf
     on_behalf_of(b, || rl.get_or(|| Inst::new(3))); // version 3: replaces version 2's path
     let (v, n) = reader.join().unwrap();
     assert_eq!(v, Some(1));
