@@ -8,8 +8,10 @@
 //! - [`rank_local!`]: statics declared like `std::thread_local!`, with a thread-local slot each.
 //! - Backends: [`Epoch`] (default; snapshots of a persistent radix trie, reclaimed through
 //!   crossbeam-epoch), [`ArcSwap`] (the same snapshots behind `arc-swap`; feature `arc-swap`) and
-//!   [`Baseline`] (the C++ `RwLock` + `HashMap` design, for comparison). Readers on
-//!   [`Epoch`]/[`ArcSwap`] never lock, never write a shared cache line and never allocate.
+//!   [`Baseline`] (the C++ `RwLock` + `HashMap` design, for comparison). Lookups on
+//!   [`Epoch`]/[`ArcSwap`] (`get`, `get_for`, `with`, `with_for`) never lock, never write a shared
+//!   cache line and never allocate; iteration, `for_each`, `{:?}` and `len` take the map's writer
+//!   mutex for a moment on [`Epoch`] (no user code runs under it).
 //!
 //! ```
 //! use ranklocal::{on_behalf_of, RankId, RankLocal};
@@ -166,7 +168,8 @@
 //! - **[`dashmap`]**: a map sharded under `RwLock`s; every read still writes its shard's shared
 //!   reader count. **[`papaya`]**: a lock-free hash map with its own reclamation and in-place
 //!   inserts; `ranklocal`'s first touch fills a slot of the published snapshot in place too
-//!   (I38), and copies an O(log n) path only for a new trie leaf or under a held `iter()`. For
+//!   (I38), and copies an O(log n) path only for a new trie leaf or under a leaf some iteration
+//!   froze. For
 //!   few, rarely inserted keys read from every thread, a snapshot plus a thread cache is simpler
 //!   and a repeated lookup is a thread-local hit.
 //! - **A dense array indexed by rank id** (append-only): the strongest rival when ids are dense

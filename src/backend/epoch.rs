@@ -3,7 +3,8 @@
 //!
 //! - Read: pin, `load(Acquire)` the current version, descend the trie (2 levels up to 4,095
 //!   ranks, 3 up to 262,143). A pin writes only this thread's own epoch slot.
-//! - Fill (a first touch whose trie leaf exists and is in no iterator's snapshot): store the
+//! - Fill (a first touch whose trie leaf exists and was born after the newest version any
+//!   snapshot was taken of — an `iter`, a `for_each`, a `Debug`, I38): store the
 //!   instance's pointer into its empty slot of the published leaf, Release (I38). Nothing is
 //!   copied, published or retired.
 //! - Publish (one writer at a time: the `RankLocal` serializes them, and the map's own writer
@@ -35,9 +36,10 @@ use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
 ///
 /// Readers pin the epoch (a thread-local write), load the current version and descend its trie;
 /// they never lock, never write a shared cache line and never allocate. A first touch fills its
-/// empty slot of the published trie leaf in place; one that needs a new leaf (or whose leaf an
-/// `iter()` holds) copies the O(log n) nodes on the new rank's path and retires only the nodes it
-/// replaced.
+/// empty slot of the published trie leaf in place; one that needs a new leaf (or whose leaf was
+/// in a version some iteration took as its snapshot) copies the O(log n) nodes on the new rank's
+/// path and retires only the nodes it replaced. Iteration, `for_each`, `Debug` and `len` take the
+/// map's writer mutex for a moment (no user code runs under it).
 ///
 /// ```
 /// use ranklocal::{Epoch, RankLocal};
@@ -128,7 +130,8 @@ pub struct EpochMap {
     head: Atomic<EpochVersion>,
     writer: Mutex<Reclaimer<VersionRef>>,
     /// Entries of the map: the published version's trie counts its own, not those filled in
-    /// place since (I38). Written by the writer only (I16).
+    /// place since (I38). Written and read under `writer` only (I16), so it agrees with the
+    /// entries lookups see.
     len: AtomicUsize,
 }
 
@@ -267,8 +270,9 @@ pub struct EpochIter<'a> {
     _map: PhantomData<&'a EpochMap>,
 }
 
-// SAFETY: an `EpochIter` holds a counted reference to an immutable version (I3, I15, I17):
-// reading the version's nodes is a read of immutable data from any thread, and giving the count
+// SAFETY: an `EpochIter` holds a counted reference to a frozen version (I3, I15, I17, I38): its
+// nodes change no more (no fill lands in a frozen version's leaves) and their slots are read
+// with atomic loads, so reading them is sound from any thread, and giving the count
 // up is an atomic decrement (and, for the last holder, a free) that any thread may make. What it
 // yields are `Erased` pointers (`Send + Sync`, I7).
 unsafe impl Send for EpochIter<'_> {}
@@ -333,7 +337,8 @@ impl Backend for Epoch {
         let v = map.head.load(Ordering::Acquire, &guard);
         // SAFETY: loaded under `guard`: the epoch reference is released only after this pin
         // ends (I14), so the header is alive (I17) and the version not dead, so its nodes are
-        // alive (I13); published versions are immutable (I3, I12).
+        // alive (I13); published versions are immutable but for fills of empty leaf slots, which
+        // the slot loads see whole (I3, I12, I38).
         let p = unsafe { v.as_ref()?.v.get(rank) }?;
         // still pinned: the crate's collector is the sweeper's too (I18, I33)
         let r = f(p);
@@ -344,7 +349,7 @@ impl Backend for Epoch {
     unsafe fn get_by_writer(map: &EpochMap, rank: u64) -> Option<Erased> {
         // SAFETY: the caller excludes every write (I16), and a published version keeps its epoch
         // reference until a write replaces it (I17), so `unprotected` is enough; its nodes are
-        // alive (I13) and immutable (I3).
+        // alive (I13), and only the writer — the caller — fills their slots (I3, I38).
         unsafe {
             let v = map.head.load(Ordering::Acquire, epoch::unprotected());
             v.as_ref()?.v.get(rank)
@@ -380,7 +385,13 @@ impl Backend for Epoch {
     }
 
     fn len(map: &EpochMap) -> usize {
-        // Relaxed: a count; nothing is read through it.
+        // Under the writer mutex: the count and the entries are written in one critical section
+        // (a fill or a publication), so a lookup after `len` sees every entry it counts, and a
+        // `len` after a lookup counts what the lookup found (the mutex orders the reader after
+        // the write it observed). A lock-free read of the counter would give neither: it is a
+        // second location, not part of the published version (found in review).
+        let _w = lock(&map.writer);
+        // Relaxed: written under the same mutex.
         map.len.load(Ordering::Relaxed)
     }
 

@@ -74,8 +74,9 @@ type Invariant<T> = fn(T) -> T;
 /// [`on_behalf_of`](crate::on_behalf_of) a rank sees that rank's instance.
 ///
 /// This is PyTorch c10d's `RankLocal<T>` with a lock-free read path: the owner thread and
-/// delegates hit a thread-local cache; a miss reads an immutable snapshot of the rank map
-/// published by the backend `B` ([`Epoch`] by default).
+/// delegates hit a thread-local cache; a miss reads a snapshot of the rank map published by the
+/// backend `B` ([`Epoch`] by default), whose only change in place is a first touch filling an
+/// empty slot.
 ///
 /// ```
 /// use ranklocal::{on_behalf_of, RankId, RankLocal};

@@ -43,8 +43,9 @@ impl SlotCell {
         NonNull::new(self.0.load(Ordering::Acquire))
     }
 
-    /// The writer's read (I16): only the writer stores slots, so its own stores are all it can
-    /// see. Relaxed: program order is enough for a thread reading its own writes.
+    /// The writer's read (I16): only writers store slots, one at a time under the writer mutex,
+    /// whose happens-before edges order every earlier writer's stores before this load, so
+    /// Relaxed sees them (I16).
     #[inline]
     pub(super) fn get(&self) -> Slot {
         NonNull::new(self.0.load(Ordering::Relaxed))
