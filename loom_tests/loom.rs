@@ -825,20 +825,25 @@ impl Cellv {
     }
 }
 
-/// 15. A first touch fills its empty slot of the published leaf in place (I38) while a delegate
-///     on another thread looks the rank up and then iterates: it sees the rank absent or its
-///     fully built instance (the fill's Release store publishes it, I2), and its snapshot has
-///     each rank once, with its own value.
-fn fill_in_place_while_reading<B: Backend>() {
-    let rl = Arc::new(RankLocal::<Cellv, B>::new());
-    // Two ranks whose ids share a leaf (2 slots under loom: ids 2k and 2k + 1): consecutive ids,
-    // the first one even.
+/// Two live ranks whose ids share a trie leaf (2 slots under loom: ids 2k and 2k + 1), and the
+/// `Rank`s that keep them live: three consecutive ids hold such a pair.
+fn ranks_sharing_a_leaf() -> (Vec<Rank>, RankId, RankId) {
     let mut ranks: Vec<Rank> = (0..3).map(|_| Rank::new()).collect();
     if ranks[0].id().as_u64() % 2 == 1 {
         ranks.remove(0);
     }
     let (a, b) = (ranks[0].id(), ranks[1].id());
     assert_eq!(b.as_u64(), a.as_u64() + 1, "rank ids are consecutive");
+    (ranks, a, b)
+}
+
+/// 15. A first touch fills its empty slot of the published leaf in place (I38) while a delegate
+///     on another thread looks the rank up and then iterates: it sees the rank absent or its
+///     fully built instance (the fill's Release store publishes it, I2), and its snapshot has
+///     each rank once, with its own value.
+fn fill_in_place_while_reading<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Cellv, B>::new());
+    let (_ranks, a, b) = ranks_sharing_a_leaf();
     on_behalf_of(a, || rl.get_or(|| Cellv::new(a.as_u64()))); // the leaf of a and b
     let writer = {
         let rl = rl.clone();
@@ -877,11 +882,7 @@ fn m15_fill_in_place_while_reading_epoch() {
 ///     its snapshot.
 fn held_iterator_while_a_first_touch_shares_its_leaf<B: Backend>() {
     let rl = Arc::new(RankLocal::<Cellv, B>::new());
-    let mut ranks: Vec<Rank> = (0..3).map(|_| Rank::new()).collect();
-    if ranks[0].id().as_u64() % 2 == 1 {
-        ranks.remove(0);
-    }
-    let (a, b) = (ranks[0].id(), ranks[1].id());
+    let (_ranks, a, b) = ranks_sharing_a_leaf();
     on_behalf_of(a, || rl.get_or(|| Cellv::new(a.as_u64())));
     let held = rl.iter();
     let writer = {
