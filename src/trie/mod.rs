@@ -148,41 +148,80 @@ impl Trie {
             .map(Erased::from_non_null)
     }
 
-    /// Fills `id`'s empty slot in place (I38), if its leaf exists, is younger than `frozen` (no
-    /// iterator's snapshot contains it) and the slot is empty; returns whether it did. Changes
-    /// no node's shape: no node is created, copied or replaced, so the trie value and every
-    /// version's reclamation are unchanged (I13).
+    /// Fills `id`'s empty slot in place (I38), if the slot is empty and every node on its path
+    /// that exists is younger than `frozen` (no iterator's snapshot contains it); returns
+    /// whether it did. If `id`'s leaf (or a node above it) is missing, the missing nodes are
+    /// built privately from `scratch`, born at their parent's birth, and hung into the deepest
+    /// node that exists by one Release store (I38): the nodes become part of every version the
+    /// parent is part of, as if they had been born with it. No node is copied or replaced, so
+    /// the trie value and every version's reclamation are unchanged (I13).
     ///
     /// # Safety
     /// The caller is the map's only writer (I16); every node reachable from this trie is alive
     /// (I13); `ptr` points to an initialized instance (I2); `frozen` is the sequence number of
     /// the newest version an iterator was handed out for (I38).
-    pub(crate) unsafe fn fill_in_place(&self, id: u64, ptr: Erased, frozen: u64) -> bool {
+    pub(crate) unsafe fn fill_in_place(
+        &self,
+        id: u64,
+        ptr: Erased,
+        frozen: u64,
+        scratch: &mut Scratch,
+    ) -> bool {
         if id > self.max {
             return false;
         }
         let Some(mut node) = self.root.map(NonNull::cast::<Node>) else {
             return false;
         };
-        let mut shift = self.top_shift;
-        while shift != 0 {
+        let mut level = self.height - 1;
+        loop {
             // SAFETY: reachable from this trie, hence alive (caller, I13).
             let n = unsafe { &*node.as_ptr() };
-            match n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)].get() {
-                Some(c) => node = c.cast(),
-                None => return false,
+            let slot = &n.slots[index(id, level)];
+            let below = slot.get();
+            if n.birth <= frozen || (level == 0 && below.is_some()) {
+                return false;
             }
-            shift -= BITS;
+            match below {
+                Some(c) if level != 0 => node = c.cast(),
+                _ => {
+                    let value = if level == 0 {
+                        ptr.as_ptr::<()>()
+                    } else {
+                        // SAFETY: the new nodes are private until the store below (I12, I38).
+                        unsafe { Self::chain(id, level - 1, ptr, n.birth, scratch) }
+                    };
+                    // None -> Some, once, by the only writer (I16, I38); Release publishes the
+                    // instance and the new nodes.
+                    slot.fill(value);
+                    return true;
+                }
+            }
+            level -= 1;
         }
-        // SAFETY: as above (I13).
-        let leaf = unsafe { &*node.as_ptr() };
-        let slot = &leaf.slots[id as usize & (FANOUT - 1)];
-        if leaf.birth <= frozen || slot.get().is_some() {
-            return false;
+    }
+
+    /// New nodes from `level` down to the leaf holding only `id -> ptr`, all born at `birth`;
+    /// returns the top one.
+    ///
+    /// # Safety
+    /// The caller is the map's only writer (I16).
+    unsafe fn chain(
+        id: u64,
+        level: u32,
+        ptr: Erased,
+        birth: u64,
+        scratch: &mut Scratch,
+    ) -> NonNull<()> {
+        let mut top = ptr.as_ptr::<()>();
+        for l in 0..=level {
+            // SAFETY: no node to copy from (I13).
+            let n = unsafe { scratch.node(None, birth) };
+            // SAFETY: just made: private to this writer until it is hung (I12, I38).
+            unsafe { (*n.as_ptr()).slots[index(id, l)].set(Some(top)) };
+            top = n.cast();
         }
-        // None -> Some, once, by the only writer (I16, I38); Release publishes the instance.
-        slot.fill(ptr.as_ptr::<()>());
-        true
+        top
     }
 
     /// Grows the trie (new roots over the old one) until it can hold `id`; new roots are born at

@@ -129,7 +129,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     /// fill (I2).
     pub(crate) unsafe fn fill(&mut self, published: &Trie, id: u64, ptr: Erased) -> bool {
         // SAFETY: forwarded (I2, I13, I16); `frozen` is kept by `freeze` (I38).
-        unsafe { published.fill_in_place(id, ptr, self.frozen) }
+        unsafe { published.fill_in_place(id, ptr, self.frozen, &mut self.scratch) }
     }
 
     /// Records that an iterator's snapshot is being taken of the published version `seq`: its

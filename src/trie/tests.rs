@@ -595,13 +595,18 @@ fn buffers_shrink_only_above_64_slots_and_below_a_quarter_full() {
 /// is younger than the newest snapshot taken (`frozen`) and the slot is empty, and only below the
 /// trie's range; what it fills, lookups and iteration then see, and the trie's shape (its nodes
 /// and their births) is unchanged.
+/// `fill_in_place` as the writer calls it, with a scratch of its own.
+fn fill(t: &Owned, id: u64, frozen: u64) -> bool {
+    let mut scratch = Scratch::default();
+    // SAFETY: single-threaded test: the only writer, nodes alive while `t` is (I13, I16); the
+    // nodes a hang builds join the trie, freed with it or when a write replaces them.
+    unsafe { t.trie.fill_in_place(id, ptr(id), frozen, &mut scratch) }
+}
+
 #[test]
 fn fills_in_place_only_into_an_existing_unfrozen_leafs_empty_slot() {
     let mut t = Owned::new();
     t.insert(1, ptr(1)); // one leaf (ids 0..64), born at 1
-                         // SAFETY: single-threaded test: the only writer, nodes alive while `t` is (I13, I16).
-    let fill =
-        |t: &Owned, id: u64, frozen: u64| unsafe { t.trie.fill_in_place(id, ptr(id), frozen) };
     assert!(
         fill(&t, 2, 0),
         "an empty slot of an existing, unfrozen leaf"
@@ -618,10 +623,6 @@ fn fills_in_place_only_into_an_existing_unfrozen_leafs_empty_slot() {
         "beyond the trie's range: the write must grow it"
     );
     t.insert(64, ptr(64)); // height 2: leaves 0..64 and 64..128 under a root
-    assert!(
-        !fill(&t, 200, 0),
-        "no leaf for ids 192..256: the write must create it"
-    );
     assert!(fill(&t, 65, 0));
     assert_eq!(t.get(65), Some(ptr(65)));
     assert_eq!(t.get(4), None);
@@ -632,4 +633,89 @@ fn fills_in_place_only_into_an_existing_unfrozen_leafs_empty_slot() {
         2,
         "the trie counts its own writes, not the fills"
     );
+}
+
+/// A first touch whose leaf is missing hangs a new one under its existing parent (I38): born at
+/// the parent's birth, holding only the new entry, and never under a frozen parent.
+#[test]
+fn hangs_a_missing_leaf_only_under_an_unfrozen_parent() {
+    let mut t = Owned::new();
+    t.insert(1, ptr(1));
+    t.insert(64, ptr(64)); // height 2, root and leaves born at 2 (the leaf of 1 at 1)
+    assert!(
+        !fill(&t, 200, 2),
+        "a root born at or before the newest snapshot is frozen: no leaf is hung under it"
+    );
+    assert_eq!(t.get(200), None);
+    assert!(fill(&t, 200, 1), "no leaf for ids 192..256: one is hung");
+    assert_eq!(t.get(200), Some(ptr(200)));
+    assert_eq!(t.get(201), None);
+    // SAFETY: reachable from `t`, alive (I13).
+    let (root, leaf) = unsafe {
+        let root = t.trie.root.unwrap().cast::<Node>();
+        let leaf = (*root.as_ptr()).slots[3].get().unwrap().cast::<Node>();
+        (Node::birth_of(root), Node::birth_of(leaf))
+    };
+    assert_eq!(
+        (root, leaf),
+        (2, 2),
+        "a hung leaf is born at its parent's birth"
+    );
+    assert!(fill(&t, 201, 1), "the hung leaf takes fills like any other");
+    // height 3 (ids below 262,144): a missing inner node and its leaf are hung together
+    t.insert(5000, ptr(5000));
+    assert_eq!(t.trie.height(), 3);
+    assert!(fill(&t, 100_000, 2));
+    assert_eq!(t.get(100_000), Some(ptr(100_000)));
+    assert_eq!(t.get(100_001), None);
+    let ids: Vec<u64> = t.entries().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(ids, [1, 64, 200, 201, 5000, 100_000]);
+    // a write that copies the path replaces hung nodes like any other
+    t.insert(202, ptr(202));
+    t.remove(200);
+    let ids: Vec<u64> = t.entries().into_iter().map(|(k, _)| k).collect();
+    assert_eq!(ids, [1, 64, 201, 202, 5000, 100_000]);
+}
+
+/// Fills and hangs interleaved with writes agree with a `BTreeMap`: lookups and iteration see
+/// exactly what was filled, hung or written, and a refused fill changes nothing.
+#[test]
+fn random_fills_hangs_and_writes_match_a_btreemap() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let n = if cfg!(miri) { 120 } else { 4000 };
+    for &spread in &[200u64, 20_000, 2_000_000] {
+        let mut t = Owned::new();
+        let mut model = BTreeMap::new();
+        let mut probes = Vec::new();
+        let mut frozen = 0;
+        for i in 0..n {
+            let k = rng.next() % spread;
+            probes.push(k);
+            match rng.next() % 8 {
+                0 => {
+                    if let Some(&victim) =
+                        model.keys().nth(rng.next() as usize % model.len().max(1))
+                    {
+                        assert_eq!(t.remove(victim), model.remove(&victim));
+                    }
+                }
+                1 => {
+                    let p = ptr(i as u64 + 1);
+                    assert_eq!(t.insert(k, p), model.insert(k, p));
+                }
+                2 => frozen = t.seq, // a snapshot of the current version
+                _ => {
+                    if fill(&t, k, frozen) {
+                        // the count the map keeps itself and hands to the next write (I38)
+                        t.trie.set_len(t.trie.len() + 1);
+                        assert!(model.insert(k, ptr(k)).is_none(), "filled a full slot {k}");
+                    } else if !model.contains_key(&k) {
+                        let p = ptr(k);
+                        assert_eq!(t.insert(k, p), model.insert(k, p));
+                    }
+                }
+            }
+        }
+        check_against(&t, &model, &probes);
+    }
 }
