@@ -837,13 +837,30 @@ fn ranks_sharing_a_leaf() -> (Vec<Rank>, RankId, RankId) {
     (ranks, a, b)
 }
 
+/// Two live ranks `a < b` whose leaves are siblings under one parent (a trie node has two slots
+/// under loom: ids `4m` and `4m + 2`), and the ranks made to get them. A first touch of `b` after
+/// `a`'s finds no leaf for `b` under the published parent and hangs one (I38).
+fn ranks_in_sibling_leaves() -> (Vec<Rank>, RankId, RankId) {
+    let mut ranks: Vec<Rank> = (0..7).map(|_| Rank::new()).collect();
+    let first = ranks
+        .iter()
+        .position(|r| r.id().as_u64() % 4 == 0)
+        .expect("four consecutive ids");
+    ranks.drain(..first);
+    let (a, b) = (ranks[0].id(), ranks[2].id());
+    assert_eq!(b.as_u64(), a.as_u64() + 2, "rank ids are consecutive");
+    (ranks, a, b)
+}
+
 /// 15. A first touch fills its empty slot of the published leaf in place (I38) while a delegate
 ///     on another thread looks the rank up and then iterates: it sees the rank absent or its
 ///     fully built instance (the fill's Release store publishes it, I2), and its snapshot has
-///     each rank once, with its own value.
-fn fill_in_place_while_reading<B: Backend>() {
+///     each rank once, with its own value. With `pick` = [`ranks_in_sibling_leaves`] (m17), the
+///     first touch hangs a new leaf under the published parent instead: the same store then
+///     publishes the leaf too (I12).
+fn fill_in_place_while_reading<B: Backend>(pick: fn() -> (Vec<Rank>, RankId, RankId)) {
     let rl = Arc::new(RankLocal::<Cellv, B>::new());
-    let (_ranks, a, b) = ranks_sharing_a_leaf();
+    let (_ranks, a, b) = pick();
     on_behalf_of(a, || rl.get_or(|| Cellv::new(a.as_u64()))); // the leaf of a and b
     let writer = {
         let rl = rl.clone();
@@ -873,7 +890,17 @@ fn m15_fill_in_place_while_reading_epoch() {
         "m15 first touch fills a published leaf while a delegate reads (epoch)",
         280,
         0b11,
-        fill_in_place_while_reading::<Epoch>,
+        || fill_in_place_while_reading::<Epoch>(ranks_sharing_a_leaf),
+    );
+}
+
+#[test]
+fn m17_hang_in_place_while_reading_epoch() {
+    model(
+        "m17 first touch hangs a new leaf under a published parent while a delegate reads (epoch)",
+        280,
+        0b11,
+        || fill_in_place_while_reading::<Epoch>(ranks_in_sibling_leaves),
     );
 }
 
@@ -908,5 +935,38 @@ fn m16_held_iterator_while_a_first_touch_shares_its_leaf_epoch() {
         80,
         0b11,
         held_iterator_while_a_first_touch_shares_its_leaf::<Epoch>,
+    );
+}
+
+/// 18. No leaf is hung under a node of a held iterator's snapshot (I38): a first touch whose
+///     leaf is missing, on another thread while the iterator walks the leaf before it, copies
+///     the path. The walk goes on past that point after the first touch has returned, so a leaf
+///     hung into the snapshot would be seen.
+fn held_iterator_while_a_first_touch_needs_a_new_leaf<B: Backend>() {
+    let rl = Arc::new(RankLocal::<Cellv, B>::new());
+    let (_ranks, a, b) = ranks_in_sibling_leaves();
+    on_behalf_of(a, || rl.get_or(|| Cellv::new(a.as_u64())));
+    let mut held = rl.iter();
+    let writer = {
+        let rl = rl.clone();
+        thread::spawn(move || on_behalf_of(b, || rl.get_or(|| Cellv::new(b.as_u64())).read()))
+    };
+    let first = held.next().map(|(r, v)| (r, v.read()));
+    let n = rl.len();
+    assert_eq!(writer.join().unwrap(), b.as_u64());
+    let rest: Vec<(RankId, u64)> = held.map(|(r, v)| (r, v.read())).collect();
+    assert_eq!(first, Some((a, a.as_u64())));
+    assert_eq!(rest, [], "the held iterator saw a later first touch");
+    outcome(n); // 1: its first entry read before the first touch; 2: after
+    assert_eq!(rl.iter().count(), 2);
+}
+
+#[test]
+fn m18_held_iterator_while_a_first_touch_needs_a_new_leaf_epoch() {
+    model(
+        "m18 held iterator while a first touch needs a new leaf under its parent (epoch)",
+        37,
+        0b11,
+        held_iterator_while_a_first_touch_needs_a_new_leaf::<Epoch>,
     );
 }

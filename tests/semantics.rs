@@ -26,6 +26,7 @@ common::backend_tests! {
     a_held_iterator_is_its_snapshot_after_purge_clear_and_sweep,
     iter_crosses_threads_and_keeps_its_snapshot,
     first_touches_after_a_snapshot_stay_out_of_it,
+    first_touches_in_new_leaves_after_a_snapshot_stay_out_of_it,
     len_counts_every_first_touch,
     len_agrees_with_lookups_during_a_first_touch,
 }
@@ -373,6 +374,67 @@ fn first_touches_after_a_snapshot_stay_out_of_it<B: Backend>() {
         "for_each visited first touches made during the visit"
     );
     assert_eq!(rl.iter().count(), 40);
+}
+
+/// Live ranks whose ids fall in `n` distinct blocks of 64 ids (distinct trie leaves on `Epoch`),
+/// one per block, in id order, and every rank made to find them (kept alive).
+fn ranks_in_distinct_leaves(n: usize) -> (Vec<Rank>, Vec<RankId>) {
+    let made: Vec<Rank> = (0..64 * (n + 1)).map(|_| Rank::new()).collect();
+    let mut picked: Vec<RankId> = Vec::new();
+    for r in &made {
+        let block = r.id().as_u64() / 64;
+        if picked.last().is_none_or(|p| p.as_u64() / 64 != block) {
+            picked.push(r.id());
+        }
+    }
+    assert!(picked.len() >= n, "ids in {} blocks only", picked.len());
+    picked.truncate(n);
+    (made, picked)
+}
+
+/// A first touch whose trie leaf does not exist hangs a new leaf under the published parent on
+/// `Epoch` (I38), unless a snapshot holds that parent: no held `iter()` and no `for_each` in
+/// progress may see it. Each rank here is in a leaf of its own.
+fn first_touches_in_new_leaves_after_a_snapshot_stay_out_of_it<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let (_made, ranks) = ranks_in_distinct_leaves(24);
+    let touch = |r: RankId| on_behalf_of(r, || *rl.get_or(|| r.as_u64()));
+    ranks[..2].iter().for_each(|&r| {
+        touch(r);
+    });
+    let held = rl.iter();
+    ranks[2..8].iter().for_each(|&r| {
+        touch(r);
+    });
+    thread::scope(|s| {
+        s.spawn(|| {
+            ranks[8..12].iter().for_each(|&r| {
+                touch(r);
+            })
+        });
+    });
+    let seen: HashSet<RankId> = held.map(|(r, _)| r).collect();
+    assert_eq!(
+        seen,
+        ranks[..2].iter().copied().collect(),
+        "a held iterator saw first touches made after it was taken"
+    );
+    let mut visited = HashSet::new();
+    let mut next = ranks[12..].iter();
+    rl.for_each(|r, v| {
+        assert_eq!(*v, r.as_u64());
+        visited.insert(r);
+        if let Some(&n) = next.next() {
+            touch(n); // new leaves, while the visit is on
+        }
+    });
+    assert_eq!(
+        visited,
+        ranks[..12].iter().copied().collect(),
+        "for_each visited first touches made during the visit"
+    );
+    assert_eq!(rl.iter().count(), 24);
+    assert_eq!(rl.len(), 24);
 }
 
 /// `len` counts every instance, whether its first touch wrote a new version or filled a slot of

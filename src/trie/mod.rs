@@ -184,16 +184,19 @@ impl Trie {
             }
             match below {
                 Some(c) if level != 0 => node = c.cast(),
-                _ => {
-                    let value = if level == 0 {
-                        ptr.as_ptr::<()>()
-                    } else {
-                        // SAFETY: the new nodes are private until the store below (I12, I38).
-                        unsafe { Self::chain(id, level - 1, ptr, n.birth, scratch) }
-                    };
+                _ if level == 0 => {
                     // None -> Some, once, by the only writer (I16, I38); Release publishes the
-                    // instance and the new nodes.
-                    slot.fill(value);
+                    // instance (I2).
+                    slot.fill(ptr.as_ptr::<()>());
+                    return true;
+                }
+                _ => {
+                    // SAFETY: the only writer (caller, I16); the new nodes are private until
+                    // the store below (I12, I38).
+                    let hung = unsafe { Self::chain(id, level - 1, ptr, n.birth, scratch) };
+                    // None -> Some, once, by the only writer (I16, I38); Release publishes the
+                    // new nodes' slots and the instance (I2, I12).
+                    slot.fill(hung);
                     return true;
                 }
             }
