@@ -5,8 +5,10 @@
 //!   ranks, 3 up to 262,143). A pin writes only this thread's own epoch slot.
 //! - Fill (a first touch whose trie leaf exists and was born after the newest version any
 //!   snapshot was taken of — an `iter`, a `for_each`, a `Debug`, I38): store the
-//!   instance's pointer into its empty slot of the published leaf, Release (I38). Nothing is
-//!   copied, published or retired.
+//!   instance's pointer into its empty slot of the published leaf, Release (I38). If the leaf is
+//!   missing but its parent exists (and is as young), a new leaf holding the pointer is built and
+//!   hung into the parent's empty slot by the same Release store. Nothing is copied, published or
+//!   retired.
 //! - Publish (one writer at a time: the `RankLocal` serializes them, and the map's own writer
 //!   mutex makes that a local fact): path-copy the trie (O(log n) nodes), `store(Release)` a new
 //!   version header, and hand the old header's *epoch reference* to the collector
@@ -36,9 +38,10 @@ use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
 ///
 /// Readers pin the epoch (a thread-local write), load the current version and descend its trie;
 /// they never lock, never write a shared cache line and never allocate. A first touch fills its
-/// empty slot of the published trie leaf in place; one that needs a new leaf (or whose leaf was
-/// in a version some iteration took as its snapshot) copies the O(log n) nodes on the new rank's
-/// path and retires only the nodes it replaced. Iteration, `for_each`, `Debug` and `len` take the
+/// empty slot of the published trie leaf in place, or hangs a new leaf into the published parent;
+/// one whose leaf (or, for a new leaf, parent) was in a version some iteration took as its
+/// snapshot, or beyond the trie's range, copies the O(log n) nodes on the new rank's path and
+/// retires only the nodes it replaced. Iteration, `for_each`, `Debug` and `len` take the
 /// map's writer mutex for a moment (no user code runs under it).
 ///
 /// ```

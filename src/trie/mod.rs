@@ -12,8 +12,9 @@
 //!
 //! # Path copying (I12)
 //! A published node is never written, but for one thing: [`Trie::fill_in_place`] turns an empty
-//! slot of a published leaf into a full one (I38; `Epoch` only, never for a leaf an iterator's
-//! snapshot holds). A write at sequence number `s` copies every node on the
+//! slot of a published node into a full one (I38; `Epoch` only, never for a node an iterator's
+//! snapshot holds): a leaf's slot gets the instance, a missing leaf's parent gets a new leaf built
+//! privately and born at the parent's birth. A write at sequence number `s` copies every node on the
 //! root-to-leaf path whose `birth` is older than `s` (the copy is born at `s`), records the
 //! original as *replaced at `s`*, and mutates in place only nodes born at `s` — nodes this write
 //! built, which nobody else can see yet. So a first touch copies `height` nodes (O(log n)) and

@@ -119,8 +119,9 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         frozen: 0,
     };
 
-    /// Fills `id`'s empty slot of `published` in place (I38) if it can: its leaf exists and no
-    /// iterator's snapshot contains it ([`freeze`](Self::freeze)). Returns whether it did; if
+    /// Fills `id`'s empty slot of `published` in place (I38) if it can: its leaf (or, for a new
+    /// leaf hung in place, its parent) exists and no iterator's snapshot contains it
+    /// ([`freeze`](Self::freeze)). Returns whether it did; if
     /// not, the caller writes a new version.
     ///
     /// # Safety

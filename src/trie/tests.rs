@@ -591,10 +591,6 @@ fn buffers_shrink_only_above_64_slots_and_below_a_quarter_full() {
     assert!(!drained(128, 128));
 }
 
-/// I38: a first touch fills its slot of the published leaf in place only when the leaf exists,
-/// is younger than the newest snapshot taken (`frozen`) and the slot is empty, and only below the
-/// trie's range; what it fills, lookups and iteration then see, and the trie's shape (its nodes
-/// and their births) is unchanged.
 /// `fill_in_place` as the writer calls it, with a scratch of its own.
 fn fill(t: &Owned, id: u64, frozen: u64) -> bool {
     let mut scratch = Scratch::default();
@@ -603,6 +599,10 @@ fn fill(t: &Owned, id: u64, frozen: u64) -> bool {
     unsafe { t.trie.fill_in_place(id, ptr(id), frozen, &mut scratch) }
 }
 
+/// I38: a first touch fills its slot of the published leaf in place only when the leaf exists,
+/// is younger than the newest snapshot taken (`frozen`) and the slot is empty, and only below the
+/// trie's range; what it fills, lookups and iteration then see, and the trie's shape (its nodes
+/// and their births) is unchanged.
 #[test]
 fn fills_in_place_only_into_an_existing_unfrozen_leafs_empty_slot() {
     let mut t = Owned::new();
