@@ -709,9 +709,10 @@ fn random_fills_hangs_and_writes_match_a_btreemap() {
                         // the count the map keeps itself and hands to the next write (I38)
                         t.trie.set_len(t.trie.len() + 1);
                         assert!(model.insert(k, ptr(k)).is_none(), "filled a full slot {k}");
-                    } else if !model.contains_key(&k) {
-                        let p = ptr(k);
-                        assert_eq!(t.insert(k, p), model.insert(k, p));
+                    } else if let std::collections::btree_map::Entry::Vacant(e) = model.entry(k) {
+                        // refused: the writer writes a new version instead
+                        assert_eq!(t.insert(k, ptr(k)), None);
+                        e.insert(ptr(k));
                     }
                 }
             }
