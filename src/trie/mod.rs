@@ -149,8 +149,8 @@ impl Trie {
             .map(Erased::from_non_null)
     }
 
-    /// Fills `id`'s empty slot in place (I38), if the slot is empty and every node on its path
-    /// that exists is younger than `frozen` (no iterator's snapshot contains it); returns
+    /// Fills `id`'s empty slot in place (I38), if the slot is empty and the deepest node on its
+    /// path that exists is younger than `frozen` (no iterator's snapshot contains it); returns
     /// whether it did. If `id`'s leaf (or a node above it) is missing, the missing nodes are
     /// built privately from `scratch`, born at their parent's birth, and hung into the deepest
     /// node that exists by one Release store (I38): the nodes become part of every version the
@@ -174,35 +174,40 @@ impl Trie {
         let Some(mut node) = self.root.map(NonNull::cast::<Node>) else {
             return false;
         };
-        let mut level = self.height - 1;
-        loop {
+        // A node is never older than a node below it (a write copies the whole path above a
+        // node it creates or copies; a hung node is born at its parent's birth), so the youngest
+        // existing node's birth decides for the whole path.
+        let mut shift = self.top_shift;
+        while shift != 0 {
             // SAFETY: reachable from this trie, hence alive (caller, I13).
             let n = unsafe { &*node.as_ptr() };
-            let slot = &n.slots[index(id, level)];
-            let below = slot.get();
-            if n.birth <= frozen || (level == 0 && below.is_some()) {
-                return false;
-            }
-            match below {
-                Some(c) if level != 0 => node = c.cast(),
-                _ if level == 0 => {
-                    // None -> Some, once, by the only writer (I16, I38); Release publishes the
-                    // instance (I2).
-                    slot.fill(ptr.as_ptr::<()>());
-                    return true;
-                }
-                _ => {
+            let slot = &n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)];
+            match slot.get() {
+                Some(c) => node = c.cast(),
+                None => {
+                    if n.birth <= frozen {
+                        return false;
+                    }
                     // SAFETY: the only writer (caller, I16); the new nodes are private until
                     // the store below (I12, I38).
-                    let hung = unsafe { Self::chain(id, level - 1, ptr, n.birth, scratch) };
+                    let hung = unsafe { Self::chain(id, shift / BITS - 1, ptr, n.birth, scratch) };
                     // None -> Some, once, by the only writer (I16, I38); Release publishes the
                     // new nodes' slots and the instance (I2, I12).
                     slot.fill(hung);
                     return true;
                 }
             }
-            level -= 1;
+            shift -= BITS;
         }
+        // SAFETY: as above (I13).
+        let leaf = unsafe { &*node.as_ptr() };
+        let slot = &leaf.slots[id as usize & (FANOUT - 1)];
+        if leaf.birth <= frozen || slot.get().is_some() {
+            return false;
+        }
+        // None -> Some, once, by the only writer (I16, I38); Release publishes the instance.
+        slot.fill(ptr.as_ptr::<()>());
+        true
     }
 
     /// New nodes from `level` down to the leaf holding only `id -> ptr`, all born at `birth`;
