@@ -167,9 +167,9 @@
 //!   to the collector), which suits rare inserts and frequent reads.
 //! - **[`dashmap`]**: a map sharded under `RwLock`s; every read still writes its shard's shared
 //!   reader count. **[`papaya`]**: a lock-free hash map with its own reclamation and in-place
-//!   inserts; `ranklocal`'s first touch fills a slot of the published snapshot in place too
-//!   (I38), and copies an O(log n) path only for a new trie leaf or under a leaf some iteration
-//!   froze. For
+//!   inserts; `ranklocal`'s first touch fills a slot of the published snapshot in place too, or
+//!   hangs a new trie leaf into it (I38), and copies an O(log n) path only beyond the trie's range
+//!   or under a node some iteration froze. For
 //!   few, rarely inserted keys read from every thread, a snapshot plus a thread cache is simpler
 //!   and a repeated lookup is a thread-local hit.
 //! - **A dense array indexed by rank id** (append-only): the strongest rival when ids are dense
