@@ -6,8 +6,9 @@
 //! - Fill (a first touch whose trie leaf exists and was born after the newest version any
 //!   snapshot was taken of — an `iter`, a `for_each`, a `Debug`, I38): store the
 //!   instance's pointer into its empty slot of the published leaf, Release (I38). If the leaf is
-//!   missing but its parent exists (and is as young), a new leaf holding the pointer is built and
-//!   hung into the parent's empty slot by the same Release store. Nothing is copied, published or
+//!   missing but the deepest node on its path exists (and is as young), a new leaf holding the
+//!   pointer (with any missing node above it) is built and hung into that node's empty slot by
+//!   the same Release store. Nothing is copied, published or
 //!   retired.
 //! - Publish (one writer at a time: the `RankLocal` serializes them, and the map's own writer
 //!   mutex makes that a local fact): path-copy the trie (O(log n) nodes), `store(Release)` a new
@@ -16,7 +17,7 @@
 //!   unpinned. The replaced nodes go to the writer's [`Reclaimer`], which frees each once every
 //!   version containing it is dead (I13, I14).
 //! - Iterate: under the writer mutex, for one load and one increment, freeze the published
-//!   version (no later first touch fills its leaves, I38) and take a count on its header (I15);
+//!   version (no later first touch fills a slot of its nodes, I38) and take a count on its header (I15);
 //!   the iterator then holds that one version, not the epoch: it does not stall reclamation of
 //!   anything else in the process. No user code runs while the mutex is held.
 //! - Exclusive access (`&mut`): no reader can exist, so everything is freed at once.
@@ -38,8 +39,8 @@ use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
 ///
 /// Readers pin the epoch (a thread-local write), load the current version and descend its trie;
 /// they never lock, never write a shared cache line and never allocate. A first touch fills its
-/// empty slot of the published trie leaf in place, or hangs a new leaf into the published parent;
-/// one whose leaf (or, for a new leaf, parent) was in a version some iteration took as its
+/// empty slot of the published trie leaf in place, or hangs a new leaf into the deepest published
+/// node on its path; one whose deepest existing node was in a version some iteration took as its
 /// snapshot, or beyond the trie's range, copies the O(log n) nodes on the new rank's path and
 /// retires only the nodes it replaced. Iteration, `for_each`, `Debug` and `len` take the
 /// map's writer mutex for a moment (no user code runs under it).
@@ -274,7 +275,7 @@ pub struct EpochIter<'a> {
 }
 
 // SAFETY: an `EpochIter` holds a counted reference to a frozen version (I3, I15, I17, I38): its
-// nodes change no more (no fill lands in a frozen version's leaves) and their slots are read
+// nodes change no more (no fill or hang lands in a frozen version's nodes) and their slots are read
 // with atomic loads, so reading them is sound from any thread, and giving the count
 // up is an atomic decrement (and, for the last holder, a free) that any thread may make. What it
 // yields are `Erased` pointers (`Send + Sync`, I7).
@@ -340,8 +341,8 @@ impl Backend for Epoch {
         let v = map.head.load(Ordering::Acquire, &guard);
         // SAFETY: loaded under `guard`: the epoch reference is released only after this pin
         // ends (I14), so the header is alive (I17) and the version not dead, so its nodes are
-        // alive (I13); published versions are immutable but for fills of empty leaf slots, which
-        // the slot loads see whole (I3, I12, I38).
+        // alive (I13); published versions are immutable but for fills of empty slots (an
+        // instance, or a hung leaf), which the slot loads see whole (I3, I12, I38).
         let p = unsafe { v.as_ref()?.v.get(rank) }?;
         // still pinned: the crate's collector is the sweeper's too (I18, I33)
         let r = f(p);

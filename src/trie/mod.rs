@@ -75,7 +75,7 @@ pub(crate) struct Trie {
 }
 
 // SAFETY: a `Trie` is pointers to nodes that are immutable (I12) but for atomic fills of empty
-// leaf slots (I38), holding `Erased` pointers, which are `Send + Sync` (I7); who may free the
+// slots (I38: an instance into a leaf, a hung leaf into an inner node), holding `Erased` pointers, which are `Send + Sync` (I7); who may free the
 // nodes is decided by the owning map's writer (I13).
 unsafe impl Send for Trie {}
 // SAFETY: as for `Send` (I7, I12).

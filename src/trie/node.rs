@@ -20,8 +20,8 @@ pub(crate) const MAX_HEIGHT: u32 = 64u32.div_ceil(BITS);
 /// A slot's value: at level 0 an instance (`Erased`), above it a child `Node`; `None` if empty.
 pub(super) type Slot = Option<NonNull<()>>;
 
-/// A node's slot, in an atomic: the writer may fill an *empty* leaf slot of a published node in
-/// place (I38), so every read of a published node's slot is an atomic load. On x86-64 a load or
+/// A node's slot, in an atomic: the writer may fill an *empty* slot of a published node in place
+/// (I38: a leaf's with an instance, an inner node's with a new leaf it hangs), so every read of a published node's slot is an atomic load. On x86-64 a load or
 /// store of a pointer-sized atomic is the same instruction as a plain one (an Acquire load is
 /// `ldar` on AArch64), so readers pay nothing for it.
 #[repr(transparent)]
@@ -61,8 +61,10 @@ impl SlotCell {
         );
     }
 
-    /// The writer's in-place fill of an empty slot of a published leaf (I38). Release: whatever
-    /// `p` points to was initialized before, and a reader that loads `p` sees it (I2).
+    /// The writer's in-place fill of an empty slot of a published node (I38): an instance into a
+    /// leaf, or a new leaf (with any new node above it) into an inner node. Release: whatever `p`
+    /// points to, and whatever that points to, was initialized before, and a reader that loads
+    /// `p` sees it (I2, I12).
     #[inline]
     pub(super) fn fill(&self, p: NonNull<()>) {
         self.0.store(p.as_ptr(), Ordering::Release);
@@ -74,8 +76,8 @@ pub(super) fn empty_slots() -> [SlotCell; FANOUT] {
     core::array::from_fn(|_| SlotCell::empty())
 }
 
-/// One trie node. Immutable once published (I12), but for the in-place fill of an empty leaf
-/// slot (I38).
+/// One trie node. Immutable once published (I12), but for the in-place fill of an empty slot
+/// (I38).
 pub(crate) struct Node {
     pub(super) slots: [SlotCell; FANOUT],
     /// Sequence number of the version that first contained it (I12).

@@ -90,8 +90,8 @@ pub(crate) struct Reclaimer<H> {
     /// Invariant: each was seen dead (I14), so it holds the version's last reference (I17).
     spare_versions: Vec<H>,
     /// The sequence number of the newest version an iterator's snapshot was taken of (0 if
-    /// none): a leaf born at it or before may be in a snapshot, so it is never filled in place
-    /// (I38).
+    /// none): a node born at it or before may be in a snapshot, so none of its slots is filled in
+    /// place (I38).
     frozen: u64,
 }
 
@@ -133,8 +133,8 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         unsafe { published.fill_in_place(id, ptr, self.frozen, &mut self.scratch) }
     }
 
-    /// Records that an iterator's snapshot is being taken of the published version `seq`: its
-    /// leaves are never filled in place from now on (I38), so the snapshot stays what it was.
+    /// Records that an iterator's snapshot is being taken of the published version `seq`: no slot
+    /// of its nodes is filled in place from now on (I38), so the snapshot stays what it was.
     pub(crate) fn freeze(&mut self, seq: u64) {
         self.frozen = self.frozen.max(seq);
     }
