@@ -13,9 +13,9 @@
 //! # Path copying (I12)
 //! A published node is never written, but for one thing: [`Trie::fill_in_place`] turns an empty
 //! slot of a published node into a full one (I38; `Epoch` only, never for a node an iterator's
-//! snapshot holds): a leaf's slot gets the instance, a missing leaf's parent gets a new leaf built
-//! privately and born at the parent's birth. A write at sequence number `s` copies every node on the
-//! root-to-leaf path whose `birth` is older than `s` (the copy is born at `s`), records the
+//! snapshot holds): a leaf's slot gets the instance; if the leaf is missing, the deepest node on
+//! its path that exists gets a new leaf (and any missing node above it), built privately and born
+//! at that node's birth. A write at sequence number `s` copies every node on the root-to-leaf path whose `birth` is older than `s` (the copy is born at `s`), records the
 //! original as *replaced at `s`*, and mutates in place only nodes born at `s` — nodes this write
 //! built, which nobody else can see yet. So a first touch copies `height` nodes (O(log n)) and
 //! every other node is shared between the old version and the new one.
@@ -75,8 +75,9 @@ pub(crate) struct Trie {
 }
 
 // SAFETY: a `Trie` is pointers to nodes that are immutable (I12) but for atomic fills of empty
-// slots (I38: an instance into a leaf, a hung leaf into an inner node), holding `Erased` pointers, which are `Send + Sync` (I7); who may free the
-// nodes is decided by the owning map's writer (I13).
+// slots (I38: an instance into a leaf, a hung leaf into an inner node), holding `Erased`
+// pointers, which are `Send + Sync` (I7); who may free the nodes is decided by the owning map's
+// writer (I13).
 unsafe impl Send for Trie {}
 // SAFETY: as for `Send` (I7, I12).
 unsafe impl Sync for Trie {}
@@ -152,9 +153,9 @@ impl Trie {
     /// Fills `id`'s empty slot in place (I38), if the slot is empty and the deepest node on its
     /// path that exists is younger than `frozen` (no iterator's snapshot contains it); returns
     /// whether it did. If `id`'s leaf (or a node above it) is missing, the missing nodes are
-    /// built privately from `scratch`, born at their parent's birth, and hung into the deepest
-    /// node that exists by one Release store (I38): the nodes become part of every version the
-    /// parent is part of, as if they had been born with it. No node is copied or replaced, so
+    /// built privately from `scratch`, born at the birth of the deepest node that exists, and hung
+    /// into that node by one Release store (I38): the new nodes become part of every version that
+    /// node is part of, as if they had been born with it. No node is copied or replaced, so
     /// the trie value and every version's reclamation are unchanged (I13).
     ///
     /// # Safety
@@ -188,9 +189,8 @@ impl Trie {
                     if n.birth <= frozen {
                         return false;
                     }
-                    // SAFETY: the only writer (caller, I16); the new nodes are private until
-                    // the store below (I12, I38).
-                    let hung = unsafe { Self::chain(id, shift / BITS - 1, ptr, n.birth, scratch) };
+                    // Private until the store below (I12, I38).
+                    let hung = Self::chain(id, shift / BITS - 1, ptr, n.birth, scratch);
                     // None -> Some, once, by the only writer (I16, I38); Release publishes the
                     // new nodes' slots and the instance (I2, I12).
                     slot.fill(hung);
@@ -211,17 +211,8 @@ impl Trie {
     }
 
     /// New nodes from `level` down to the leaf holding only `id -> ptr`, all born at `birth`;
-    /// returns the top one.
-    ///
-    /// # Safety
-    /// The caller is the map's only writer (I16).
-    unsafe fn chain(
-        id: u64,
-        level: u32,
-        ptr: Erased,
-        birth: u64,
-        scratch: &mut Scratch,
-    ) -> NonNull<()> {
+    /// returns the top one. No reader can reach them until the caller stores it (I12).
+    fn chain(id: u64, level: u32, ptr: Erased, birth: u64, scratch: &mut Scratch) -> NonNull<()> {
         let mut top = ptr.as_ptr::<()>();
         for l in 0..=level {
             // SAFETY: no node to copy from (I13).
