@@ -26,9 +26,26 @@ lazy_global! {
 }
 
 tls! {
-    /// This thread's handle on [`COLLECTOR`], registered on first use: only readers (and
-    /// `reclaim_exited`'s help) pin it, so a thread that only writes never registers.
-    static HANDLE: LocalHandle = COLLECTOR.register();
+    /// This thread's handle on [`COLLECTOR`], registered on first use: only readers that must
+    /// hold a pin (scoped reads of another rank, `for_each`, lookups of a thread that already
+    /// registered) pin it, so a thread that only writes or reads its own rank never registers.
+    static HANDLE: LocalHandle = {
+        REGISTERED.with(|r| r.set(true));
+        COLLECTOR.register()
+    };
+}
+
+tls! {
+    /// `true` once this thread registered [`HANDLE`]: asking whether it is pinned, or flushing its
+    /// bag, must not register a participant (a registration and the first pin's collect cost
+    /// O(registered threads)). No destructor: readable at any time.
+    static REGISTERED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `true` once this thread has a participant of its own on the crate's collector.
+#[inline]
+pub(crate) fn registered() -> bool {
+    REGISTERED.with(Cell::get)
 }
 
 /// What the crate retires to its collector (I37): each runs no user code (I18).
@@ -183,7 +200,9 @@ pub(crate) unsafe fn retire(r: Retired, flush: Flush) {
 /// queue nodes its pins collected — otherwise waits until it fills up or the thread exits).
 pub(crate) fn flush() {
     flush_writers();
-    let _ = HANDLE.try_with(|h| h.pin().flush());
+    if registered() {
+        let _ = HANDLE.try_with(|h| h.pin().flush());
+    }
 }
 
 /// Hands everything the writers deferred to the collector and tries to advance the epoch and run
@@ -196,7 +215,8 @@ pub(crate) fn flush_writers() {
 /// `true` while this thread holds a pin of the crate's collector (a scoped read that is not the
 /// live owner's, a `for_each`, a lookup in progress), also during thread teardown.
 pub(crate) fn is_pinned() -> bool {
-    HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false) || LATE_PINS.with(Cell::get) > 0
+    (registered() && HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false))
+        || LATE_PINS.with(Cell::get) > 0
 }
 
 tls! {

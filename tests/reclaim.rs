@@ -304,6 +304,83 @@ common::backend_tests! {
     blocking_reclaim_does_not_wait_for_a_first_touchs_closure,
     a_nested_free_keeps_the_outer_batch_waited_for,
     clear_purge_and_drop_free_the_batches_still_waiting,
+    a_first_touch_inside_a_read_drops_nothing,
+}
+
+thread_local! {
+    /// `true` while this thread runs inside an outer scoped read (a test's `with_for` or
+    /// `for_each` closure).
+    static INSIDE_READ: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Counts its drops, and those that ran inside an outer scoped read of the dropping thread.
+struct ReadProbe(Arc<(AtomicUsize, AtomicUsize)>);
+
+impl Drop for ReadProbe {
+    fn drop(&mut self) {
+        self.0 .0.fetch_add(1, SeqCst);
+        if INSIDE_READ.with(std::cell::Cell::get) {
+            self.0 .1.fetch_add(1, SeqCst);
+        }
+    }
+}
+
+/// Nothing a sweep readied is dropped while the thread is inside an outer scoped read: scoped
+/// and plain first touches of ranks that then exit, half of them inside `with_for` or `for_each`
+/// of a kept rank. A value's `Drop` may wait for a grace period, which would wait for that read
+/// (a deadlock), or call `reclaim_exited_blocking`, which panics inside a read. Found in a review
+/// of the batched reclamation: 32–64 of 96–192 drops ran inside the outer read before the fix
+/// (this test failed on every backend).
+fn a_first_touch_inside_a_read_drops_nothing<B: Backend>() {
+    let rounds = if cfg!(miri) { 96 } else { 600 };
+    let counts = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+    let make = || ReadProbe(Arc::clone(&counts));
+    let rl: RankLocal<ReadProbe, B> = RankLocal::new();
+    let keeper = Rank::new();
+    on_behalf_of(keeper.id(), || rl.with_or(make, |_| ()));
+    let mut scoped = 0;
+    for round in 0..rounds {
+        let rank = Rank::new();
+        let touch = || {
+            on_behalf_of(rank.id(), || {
+                if round % 4 == 3 {
+                    let _ = rl.get_or(make); // a plain first touch: kept, but it sweeps
+                } else {
+                    rl.with_or(make, |_| ()); // a scoped first touch (pinned on the way)
+                }
+            })
+        };
+        scoped += usize::from(round % 4 != 3);
+        let inside = |f: &dyn Fn()| {
+            INSIDE_READ.with(|i| i.set(true));
+            f();
+            INSIDE_READ.with(|i| i.set(false));
+        };
+        match round % 3 {
+            0 => touch(),
+            1 => assert!(rl.with_for(keeper.id(), |_| inside(&touch)).is_some()),
+            _ => {
+                let mut once = Some(&touch);
+                rl.for_each(|_, _| {
+                    if let Some(t) = once.take() {
+                        inside(t);
+                    }
+                });
+            }
+        }
+        drop(rank);
+    }
+    rl.reclaim_exited_blocking();
+    assert_eq!(
+        counts.1.load(SeqCst),
+        0,
+        "values were dropped inside an outer scoped read"
+    );
+    assert_eq!(
+        counts.0.load(SeqCst),
+        scoped,
+        "every exited scoped value dropped once"
+    );
 }
 
 /// A value's `Drop` that asks for its own rank's value on the same `RankLocal` would make it
