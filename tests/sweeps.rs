@@ -36,6 +36,31 @@ common::backend_tests! {
     iter_races_scoped_inserts,
     a_delegates_get_of_an_exited_rank_races_a_sweep,
     first_touches_alone_drop_every_value_their_sweeps_took,
+    an_iter_snapshot_keeps_what_it_holds_and_nothing_later,
+}
+
+/// What an `iter()` snapshot holds is kept after its rank exits (it counts as handed out), also
+/// once the iterator is dropped; a scoped instance published after the snapshot is not in it and
+/// is still reclaimed. `iter` marks nothing itself: each instance carries the walk count it was
+/// published at, and the sweep keeps those an `iter` since may hold.
+fn an_iter_snapshot_keeps_what_it_holds_and_nothing_later<B: Backend>() {
+    let drops = counter();
+    let rl = RankLocal::<Counted<'_>, B>::new();
+    let (before, after) = (Rank::new(), Rank::new());
+    on_behalf_of(before.id(), || touch_scoped(&rl, drops));
+    let held: Vec<_> = rl.iter().map(|(rank, _)| rank).collect();
+    assert_eq!(held, [before.id()]);
+    on_behalf_of(after.id(), || touch_scoped(&rl, drops));
+    drop(before);
+    drop(after);
+    assert_eq!(
+        rl.reclaim_exited_blocking(),
+        1,
+        "only the later instance is swept"
+    );
+    assert_eq!(drops.load(SeqCst), 1);
+    assert_eq!(rl.len(), 1);
+    assert_eq!(rl.reclaim_exited(), 0, "the snapshot's instance stays kept");
 }
 
 /// A dropped `Rank`'s scoped-only instance is reclaimed by `reclaim_exited` (a live rank's is
@@ -422,7 +447,7 @@ fn a_scoped_first_touch_of_an_exited_rank_is_readable_after_a_sweep_inside_f<B: 
 
 // ---------------------------------------------------------------------------------------------
 // Plain `&T`s racing sweeps. Found in review 4 (adversarial), which raced `get`'s slow path
-// (escaping inside `Backend::get_with`) and `iter`'s `all_escaped` skip against sweeps of exited
+// (escaping inside `Backend::get_with`) and `iter`'s escape of its snapshot against sweeps of exited
 // ranks' scoped instances.
 //
 // Detection without reading freed memory natively: every instance has a unique serial; its drop
@@ -562,7 +587,7 @@ impl Default for Tracked {
     }
 }
 
-/// `iter` (with its all_escaped skip) races scoped first touches of exited ranks and sweeps;
+/// `iter` (which marks nothing, counting its walk) races scoped first touches of exited ranks and sweeps;
 /// every instance `iter` handed out must stay alive.
 ///
 /// Found in review 4 (adversarial), a race the implementation withstood.

@@ -147,9 +147,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             // Pinned before the sweep below may retire `p` (an exited rank's scoped instance):
             // its deferral then waits for this pin (I32, I33).
             let guard = protect();
-            if access != Access::Escaped {
-                w.all_escaped = false; // before publishing (I31)
-            }
+            // Relaxed: read only under this lock, and published with the instance (I2, I31).
+            // SAFETY: `p` was allocated above and is not published yet: alive (I1).
+            unsafe { p.born() }.store(w.walks, Ordering::Relaxed);
             B::insert(&self.map, rank, p.erased());
             if access != Access::Escaped {
                 Self::watch_exit(&mut w, rank); // after publishing: see I36

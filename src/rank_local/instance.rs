@@ -11,7 +11,7 @@ use core::ptr::NonNull;
 use crate::delegation::on_behalf_of;
 use crate::erased::Erased;
 use crate::identity::RankId;
-use crate::primitive::{tls, AtomicUsize, Ordering};
+use crate::primitive::{tls, AtomicU64, AtomicUsize, Ordering};
 
 /// State of an instance no plain `&T` was handed out for: it may be reclaimed once its rank
 /// exited (I30).
@@ -27,6 +27,10 @@ pub(super) const RECLAIMING: usize = 2;
 struct Instance<T> {
     value: T,
     state: AtomicUsize,
+    /// The `RankLocal`'s walk count when the instance was published: an `iter()` that ran since
+    /// (a higher count) may hold it in its snapshot, so it counts as escaped (I31). Written once,
+    /// before publication, and read only under the writer lock.
+    born: AtomicU64,
 }
 
 /// A pointer to an `Instance<T>` of a `RankLocal<T, _>`'s map: an [`Erased`] typed back. Building
@@ -50,6 +54,7 @@ impl<T> InstancePtr<T> {
         let p = Erased::new(Box::new(Instance {
             value,
             state: AtomicUsize::new(state),
+            born: AtomicU64::new(0),
         }));
         InstancePtr {
             p: p.as_ptr(),
@@ -105,6 +110,16 @@ impl<T> InstancePtr<T> {
     pub(super) unsafe fn state<'a>(self) -> &'a AtomicUsize {
         // SAFETY: the caller's contract (I32, I33); only the atomic is referenced.
         unsafe { &(*self.p.as_ptr()).state }
+    }
+
+    /// The walk count the instance was published at (I31).
+    ///
+    /// # Safety
+    /// As for [`state`](Self::state).
+    #[inline]
+    pub(super) unsafe fn born<'a>(self) -> &'a AtomicU64 {
+        // SAFETY: the caller's contract (I32, I33); only the atomic is referenced.
+        unsafe { &(*self.p.as_ptr()).born }
     }
 
     /// Moves the instance to ESCAPED unless it is being reclaimed; `false` if it is (the caller

@@ -4,11 +4,11 @@
 use core::iter::FusedIterator;
 use core::marker::PhantomData;
 
-use super::instance::{InstancePtr, ESCAPED};
+use super::instance::InstancePtr;
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::identity::RankId;
-use crate::primitive::{lock, Ordering};
+use crate::primitive::lock;
 
 impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// Every `(rank, instance)`, from one consistent snapshot taken when called (ranks inserted
@@ -49,23 +49,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     )]
     pub fn iter(&self) -> Iter<'_, T, B> {
         // Under the writer lock the map cannot change (I16) and holds no RECLAIMING instance
-        // (I30): mark the snapshot's instances ESCAPED, then hand out the same snapshot (I31).
+        // (I30). Counting the walk is what marks the snapshot's instances escaped: every one of
+        // them was published at a lower count, so no sweep takes it from now on (I31). O(1)
+        // under the lock, whatever the map holds.
         let mut w = lock(&self.writer);
-        if !w.all_escaped {
-            for (_, p) in B::iter(&self.map) {
-                // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
-                // I32).
-                let st = unsafe { InstancePtr::<T>::new(p).state() };
-                // Relaxed: as in `insert` (I30). A load first: no write to an escaped
-                // instance's line (another thread's, most often).
-                if st.load(Ordering::Relaxed) != ESCAPED {
-                    st.store(ESCAPED, Ordering::Relaxed);
-                }
-            }
-            w.all_escaped = true;
-        }
+        w.walks += 1;
+        let inner = B::iter(&self.map);
+        drop(w);
         Iter {
-            inner: B::iter(&self.map),
+            inner,
             _rl: PhantomData,
         }
     }

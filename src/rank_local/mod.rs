@@ -125,7 +125,7 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     /// is removed; never 0.
     uid: AtomicU64,
     /// The writer lock: serializes every write to the map (I16) and guards what only writers
-    /// touch — claims, the sweeper's bookkeeping, the `all_escaped` flag. Readers never take it.
+    /// touch — claims, the sweeper's bookkeeping, the walk count. Readers never take it.
     writer: Mutex<Writer>,
     /// Signalled whenever a claim ends (`init`).
     claim_ended: Condvar,
@@ -142,9 +142,10 @@ struct Writer {
     claim_waiters: usize,
     /// The sweeper's bookkeeping (`reclaim`, I32).
     sweep: Sweep,
-    /// `true` when every instance in the map is ESCAPED, so `iter` need not mark any (I31):
-    /// cleared by every SCOPED insert before it publishes, set by `iter` after marking the map.
-    all_escaped: bool,
+    /// How many times `iter` took a snapshot (I31): an instance published at a lower count may
+    /// be in an iterator's snapshot, and counts as escaped. Each instance records the count it
+    /// was published at, so `iter` marks nothing: O(1) under the lock.
+    walks: u64,
 }
 
 // SAFETY: `&RankLocal` hands out `&T` to any thread and lets any thread create an instance that
@@ -161,7 +162,7 @@ macro_rules! empty_rank_local {
                 claims: Vec::new(),
                 claim_waiters: 0,
                 sweep: Sweep::NEW,
-                all_escaped: true,
+                walks: 0,
             }),
             claim_ended: Condvar::new(),
             _owns: PhantomData,

@@ -23,7 +23,9 @@
 use core::any::Any;
 use std::collections::VecDeque;
 
-use super::instance::{drop_all, drop_payload, is_dropping, InstancePtr, RECLAIMING, SCOPED};
+use super::instance::{
+    drop_all, drop_payload, is_dropping, InstancePtr, ESCAPED, RECLAIMING, SCOPED,
+};
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
 use crate::cache;
@@ -224,6 +226,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// The first half of [`sweep`](Self::sweep): retires the exited ranks' instances as one
     /// batch if due, and returns how many.
     fn unpublish_exited(&self, w: &mut Writer, when: SweepWhen) -> usize {
+        let walks = w.walks;
         let sw = &mut w.sweep;
         let pending = sw.inbox.as_ref().map_or(0, |i| i.len());
         let due = pending > 0
@@ -235,6 +238,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             let mut ranks = Vec::new();
             let mut batch = Vec::new();
             for rank in inbox.take() {
+                crate::counters::bump!(WALKED_UNDER_LOCK);
                 // SAFETY: under the writer lock, which serializes every write (I16).
                 let Some(p) = (unsafe { B::get_by_writer(&self.map, rank) }) else {
                     continue; // removed by `&mut`, never made, or a repeated exit
@@ -242,7 +246,16 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
                 // I32). Its rank came from the inbox, so it has exited (I36) and no live owner
                 // reads it without a pin (I35): the CAS below may take it.
-                let st = unsafe { InstancePtr::<T>::new(p).state() };
+                let p = unsafe { InstancePtr::<T>::new(p) };
+                // SAFETY: as just said (I30, I32).
+                let (st, born) = unsafe { (p.state(), p.born()) };
+                // Relaxed: written before publication and read under the writer lock (I31).
+                if born.load(Ordering::Relaxed) != walks {
+                    // an `iter()` since its publication may hold it: it counts as escaped (I31)
+                    // Relaxed: as in `insert` (I30).
+                    st.store(ESCAPED, Ordering::Relaxed);
+                    continue;
+                }
                 // SeqCst (Relaxed would do for the one-winner property, I30): keeps the
                 // argument about readers local.
                 if st
@@ -250,7 +263,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                     .is_ok()
                 {
                     ranks.push(rank);
-                    batch.push((rank, p));
+                    batch.push((rank, p.erased()));
                 }
             }
             n = batch.len();
@@ -286,9 +299,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// The batches whose grace period passed, taken out of the bookkeeping under the writer lock
     /// `w` for [`free_ready`](Self::free_ready) to free after the caller drops the lock; they
     /// are listed as being freed by this thread until then.
+    ///
+    /// Takes nothing while this thread holds a pin of the crate's collector (it is inside an outer
+    /// scoped read — `with_for`, `for_each`, another rank's `with` — or a lookup): a value's
+    /// `Drop` may wait for a grace period, which would wait for that pin, and a `Drop` may call
+    /// `reclaim_exited_blocking`, which refuses to run inside a read. The ready batches stay
+    /// queued for the next sweep or reclamation call made outside every read.
     fn take(w: &mut Writer, when: SweepWhen) -> Ready {
         let sw = &mut w.sweep;
-        if sw.batches.is_empty() {
+        if sw.batches.is_empty() || collector::is_pinned() {
             return Ready::NONE;
         }
         let ready = sw.take_ready();
