@@ -40,6 +40,8 @@ std::thread_local! {
     /// Calls of `RankLocal::insert`: a lookup that takes the writer lock (a first touch, or one
     /// that found nothing in the map).
     pub(crate) static INSERTS: Cell<u64> = const { Cell::new(0) };
+    /// Map lookups made under a free writer lock instead of a pin (`RankLocal::lookup_unpinned`).
+    pub(crate) static UNPINNED_LOOKUPS: Cell<u64> = const { Cell::new(0) };
     /// Map entries walked while holding a `RankLocal`'s writer lock (by `iter`, a sweep, ...).
     pub(crate) static WALKED_UNDER_LOCK: Cell<u64> = const { Cell::new(0) };
 }

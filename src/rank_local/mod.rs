@@ -36,10 +36,11 @@ use core::marker::PhantomData;
 
 use crate::backend::{Backend, Epoch};
 use crate::cache;
+use crate::collector;
 use crate::counters;
 use crate::erased::Erased;
 use crate::identity::{self, RankId};
-use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
+use crate::primitive::{global, try_lock, AtomicU64, Condvar, Mutex, Ordering};
 
 use self::init::{Access, Claim};
 use self::instance::InstancePtr;
@@ -380,9 +381,25 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
+    ///
+    /// The thread's own rank, and any rank on a thread with no participant on the crate's
+    /// collector, is looked up with no pin under the writer lock when it is free
+    /// ([`lookup_unpinned`](Self::lookup_unpinned)); otherwise, and when another thread holds the
+    /// lock, under a pin. Never waits for the lock.
     #[cold]
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
         counters::bump!(MAP_LOOKUPS);
+        if rank == identity::own_raw() || !collector::registered() {
+            if let Some(found) = self.lookup_unpinned(rank, true) {
+                let p = found?;
+                if Self::uses_thread_cache(rank) {
+                    cache::store(self.uid_or_assign(), rank, p.erased());
+                }
+                // SAFETY: a published instance of this map (I2, I5), escaped under the writer
+                // lock (I31), so valid while `&self` lives (I1); this very `T` (I9).
+                return Some(unsafe { p.value() });
+            }
+        }
         // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
         // Baseline), which keeps `p` alive from the map load to the escape (I33).
         let p = B::get_with(&self.map, rank, |p| {
@@ -400,6 +417,32 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // SAFETY: `p` is a published instance of this map (I2, I5), now escaped, so valid while
         // `&self` lives (I1, I31), inserted as this very `T` (invariance, I9).
         Some(unsafe { p.value() })
+    }
+
+    /// `rank`'s instance looked up under the writer lock with no pin, ESCAPED first if `escape`;
+    /// `None` if another thread holds the lock (the caller then pins). Under the lock the map
+    /// cannot change and its version's nodes stay alive (I16, I17), so no pin is needed for the
+    /// lookup; what the caller does afterwards needs the protection its access says (an escape,
+    /// or the live owner's, I31, I35). Takes the lock only if it is free: a lookup that never
+    /// creates never waits.
+    fn lookup_unpinned(&self, rank: u64, escape: bool) -> Option<Option<InstancePtr<T>>> {
+        let _w = try_lock(&self.writer)?;
+        counters::bump!(UNPINNED_LOOKUPS);
+        // SAFETY: under the writer lock, which serializes every write to the map (I16).
+        let Some(p) = (unsafe { B::get_by_writer(&self.map, rank) }) else {
+            return Some(None);
+        };
+        // SAFETY: an instance of this map (I5).
+        let p = unsafe { InstancePtr::<T>::new(p) };
+        if escape {
+            // SAFETY: in the map under the writer lock, so not RECLAIMING and alive (I30, I32).
+            let st = unsafe { p.state() };
+            // Relaxed: as in `insert` (I30): under the lock the state only moves to ESCAPED.
+            if st.load(Ordering::Relaxed) != instance::ESCAPED {
+                st.store(instance::ESCAPED, Ordering::Relaxed);
+            }
+        }
+        Some(Some(p))
     }
 
     /// The thread cache's entry for `rank` (step 1).

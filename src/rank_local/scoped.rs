@@ -125,11 +125,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         let rank = identity::current_raw();
         let init = || Ok::<T, core::convert::Infallible>(init());
         if Self::is_live_owner(rank) {
-            let found = if fresh { None } else { B::get(&self.map, rank) };
+            // No pin: under the writer lock if free, else in `insert`, which waits for it.
+            let found = if fresh {
+                None
+            } else {
+                self.lookup_unpinned(rank, false).flatten()
+            };
             let p = match found {
-                // SAFETY: an instance of this map (I5); the live owner's, not reclaimed while the
-                // thread runs (I35).
-                Some(p) => unsafe { InstancePtr::<T>::new(p) },
+                // The live owner's instance, not reclaimed while the thread runs (I35).
+                Some(p) => p,
                 None => {
                     let Ok(lent) = self.insert(rank, init, Access::Owner);
                     lent.p // no pin: what the sweep readied was freed in `insert`
@@ -162,8 +166,14 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     #[cold]
     pub(super) fn with_for_slow<R>(&self, rank: u64, f: impl FnOnce(&T) -> R) -> Option<R> {
         if Self::is_live_owner(rank) {
-            // SAFETY: an instance of this map (I5); the live owner's (I35).
-            let p = unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) };
+            // No pin: under the writer lock if free, else a plain lookup (the live owner's
+            // instance needs no pin once found, I35; the lookup protects itself, as `Epoch`'s
+            // pins).
+            let p = match self.lookup_unpinned(rank, false) {
+                Some(found) => found?,
+                // SAFETY: an instance of this map (I5); the live owner's (I35).
+                None => unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) },
+            };
             cache::store(self.uid_or_assign(), rank | cache::OWNER_TAG, p.erased());
             // SAFETY: as in `with_slow` (I35, I1, I5, I9).
             return Some(f(unsafe { p.value() }));
