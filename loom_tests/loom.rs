@@ -970,3 +970,74 @@ fn m18_held_iterator_while_a_first_touch_needs_a_new_leaf_epoch() {
         held_iterator_while_a_first_touch_needs_a_new_leaf::<Epoch>,
     );
 }
+
+loom::thread_local! {
+    /// `true` while this loom thread runs inside an outer scoped read (model 19's `with_for`).
+    static INSIDE_READ: std::cell::Cell<bool> = std::cell::Cell::new(false);
+}
+
+/// An instance whose drop must not run inside an outer scoped read of the dropping thread.
+struct NotInRead {
+    _track: Track<()>,
+}
+
+impl NotInRead {
+    fn new() -> NotInRead {
+        NotInRead {
+            _track: Track::new(()),
+        }
+    }
+}
+
+impl Drop for NotInRead {
+    fn drop(&mut self) {
+        assert!(
+            !INSIDE_READ.with(std::cell::Cell::get),
+            "a value was dropped inside an outer scoped read"
+        );
+    }
+}
+
+/// 19. A first touch nested in an outer scoped read (`with_for` of a kept rank) while another
+///     thread sweeps an exited rank's scoped instance and helps its grace period along: the
+///     nested first touch's own sweep may find the batch ready, but frees nothing while the
+///     outer read's pin is held (a value's `Drop` may wait for a grace period, which waits for
+///     that pin). The batch is freed exactly once, outside every read.
+fn first_touch_inside_a_read<B: Backend>() {
+    let rl = Arc::new(RankLocal::<NotInRead, B>::new());
+    let (keeper, job) = (Rank::new(), Rank::new());
+    on_behalf_of(keeper.id(), || rl.with_or(NotInRead::new, |_| ()));
+    on_behalf_of(job.id(), || rl.with_or(NotInRead::new, |_| ()));
+    let kid = keeper.id();
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            rl.with_for(kid, |_| {
+                INSIDE_READ.with(|i| i.set(true));
+                let fresh = Rank::new();
+                on_behalf_of(fresh.id(), || {
+                    let _ = rl.get_or(NotInRead::new);
+                });
+                INSIDE_READ.with(|i| i.set(false));
+            })
+            .expect("the kept rank's instance");
+        })
+    };
+    drop(job);
+    assert_eq!(rl.reclaim_exited(), 1, "the exited rank's scoped instance was not swept");
+    reader.join().unwrap();
+    outcome(1);
+    assert_eq!(rl.len(), 2, "the kept rank's and the fresh rank's instances stay");
+    // what no sweep freed yet is freed by the drop, outside every read (loom checks it is
+    // freed exactly once)
+}
+
+#[test]
+fn m19_first_touch_inside_a_read_frees_nothing_epoch() {
+    model(
+        "m19 a first touch nested in an outer read frees nothing (epoch)",
+        135_000,
+        0b1,
+        first_touch_inside_a_read::<Epoch>,
+    );
+}
