@@ -168,7 +168,10 @@ const HELP_EVERY: u32 = 8;
 /// meanwhile. They are not taken out while the pin is held: a value's `Drop` may wait for a
 /// grace period, which must not wait for this pin; and batches taken out are waited for by
 /// `reclaim_exited_blocking` on other threads, which must not wait for the caller's closure
-/// (found in review: a blocking call waited for a delegate's `with` to return).
+/// (found in review: a blocking call waited for a delegate's `with` to return). If the thread is
+/// still inside an outer read when this drops (the first touch was nested in a `with_for`, a
+/// `for_each` or another rank's `with`), it takes nothing either ([`RankLocal::take`]): the
+/// batches wait for the next sweep or reclamation call made outside every read.
 pub(super) struct FreeLater<'a, T: Send + Sync, B: Backend> {
     rl: &'a RankLocal<T, B>,
     waiting: bool,
@@ -370,7 +373,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// until they are dropped.
     ///
     /// Writers (first touches) sweep on their own, amortized, so memory stays bounded without
-    /// calling this; it is for dropping promptly. Each value is dropped as its own rank
+    /// calling this; it is for dropping promptly. Called inside a scoped read on this thread
+    /// (inside `with_for`, `for_each` or another rank's `with`), it unpublishes but drops
+    /// nothing: a value's `Drop` may wait for a grace period, which would wait for that read; the
+    /// next call outside every read (or a first touch's sweep) drops them. Each value is dropped as its own rank
     /// ([`RankId::current`](crate::RankId::current) inside `T::drop` is that rank).
     ///
     /// A thread's rank exits when its thread-local destructors run. `std::thread::scope` returns
@@ -401,8 +407,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // Help the grace period along (each flush may advance the epoch once); whatever is not
         // ready yet goes with a later sweep.
         for _ in 0..3 {
-            if lock(&self.writer).sweep.batches.is_empty() {
-                break;
+            if lock(&self.writer).sweep.batches.is_empty() || collector::is_pinned() {
+                break; // nothing waits, or inside a read: nothing could be freed here
             }
             collector::flush();
             let (_, ready) = self.sweep(&mut lock(&self.writer), SweepWhen::Due);
