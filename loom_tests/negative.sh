@@ -51,7 +51,7 @@ for c in "${controls[@]}"; do
     failed=1
     continue
   fi
-  out=$(cd "$scratch/crate" && timeout 600 cargo test -q --release --test loom "$model" -- --test-threads=1 2>&1 || true)
+  out=$(cd "$scratch/crate" && timeout 600 cargo test -q --release --features loom --test loom "$model" -- --test-threads=1 2>&1 || true)
   if grep -q "$expect" <<<"$out"; then
     echo "negative control '$name': caught by $model ($expect)"
   else

@@ -129,6 +129,10 @@
 //!
 //! - `arc-swap` (off by default): the [`ArcSwap`] backend. It exists to be measured against
 //!   [`Epoch`]; without the feature, arc-swap is not compiled.
+//! - `loom` (off by default): the model-checking build of the repository's loom models, with
+//!   `RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize"`. loom is an optional
+//!   dependency, so a crate that depends on `ranklocal` resolves no loom (nor its dependencies)
+//!   unless it turns this on; without the cfgs the feature changes nothing.
 //!
 //! # Comparison with similar crates
 //!
@@ -190,6 +194,9 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+
+#[cfg(all(loom, not(feature = "loom")))]
+compile_error!("`--cfg loom` builds the crate on loom's primitives: also pass `--features loom`");
 
 mod backend;
 mod cache;
