@@ -157,7 +157,7 @@
 //!   values must be `Sync`. The README's [migration section][migration] has the full mapping and
 //!   the compiler errors a mechanical port meets.
 //! - **C++ `c10d::RankLocal<T>`** (the original): a `thread_local` pointer cache in front of a
-//!   global `std::shared_mutex` + `unordered_map`, with three flaws ([`design`] §2): the cache is
+//!   global `std::shared_mutex` + `unordered_map`, with three flaws (see [`design`]): the cache is
 //!   checked before the delegation context, so a thread that touched its own instance returns
 //!   it even while working for another rank; entries are never freed; and a global lock on
 //!   every delegated lookup — each takes the read lock, whose shared reader count every reader
@@ -172,7 +172,7 @@
 //! - **[`dashmap`]**: a map sharded under `RwLock`s; every read still writes its shard's shared
 //!   reader count. **[`papaya`]**: a lock-free hash map with its own reclamation and in-place
 //!   inserts; `ranklocal`'s first touch fills a slot of the published snapshot in place too, or
-//!   hangs a new trie leaf into it (I38), and copies an O(log n) path only beyond the trie's range
+//!   hangs a new trie leaf into it, and copies an O(log n) path only beyond the trie's range
 //!   or under a node some iteration froze. For
 //!   few, rarely inserted keys read from every thread, a snapshot plus a thread cache is simpler
 //!   and a repeated lookup is a thread-local hit.
