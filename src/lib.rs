@@ -57,6 +57,24 @@
 //! assert!(mine.is_empty());
 //! ```
 //!
+//! # Which call frees what
+//!
+//! | call | what it frees | when | on which thread |
+//! |---|---|---|---|
+//! | [`get`](RankLocal::get), `get_or`, `get_or_try`, `try_get`, `get_for`, `iter` | nothing: the value is handed out as `&T` | kept until `purge_exited`, `clear` or the drop (a `static`: never) | — |
+//! | [`with`](RankLocal::with), `with_or`, `try_with`, `with_for`, `for_each` | the value, if only ever reached this way | after its rank exits, by a sweep that a later first touch runs (amortized), once no reader sees it | the thread that sweeps |
+//! | [`reclaim_exited`](RankLocal::reclaim_exited) | exited ranks' scoped-only values | unpublishes them now; drops each once no reader still sees it | this call, else a later sweep or call |
+//! | [`reclaim_exited_blocking`](RankLocal::reclaim_exited_blocking) | the same | returns once every one is dropped | the caller (it waits for readers) |
+//! | [`purge_exited`](RankLocal::purge_exited) (`&mut`) | every value of an exited rank | now | the caller |
+//! | [`clear`](RankLocal::clear) (`&mut`) | every value | now | the caller |
+//! | drop of the `RankLocal` | every value | now | the dropping thread |
+//!
+//! Whichever thread frees a value, its `Drop` runs as the value's own rank
+//! ([`RankId::current`] inside `T::drop` is that rank). A value reached both ways counts as
+//! handed out. [`kept_exited`](RankLocal::kept_exited) counts the values kept for exited ranks
+//! because they were handed out (O(n)); debug builds warn once per `RankLocal` when at least half
+//! of 1,024 or more values are.
+//!
 //! # Ranks that are not threads
 //! Every OS thread is implicitly a rank. A [`Rank`] is an owned *logical* rank — one per request,
 //! task or simulated process — with an id from the same counter ([`Rank::id`]); act as it with
