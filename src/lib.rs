@@ -208,7 +208,7 @@
 //! [`papaya`]: https://docs.rs/papaya
 #![cfg_attr(
     not(all(feature = "arc-swap", not(loom))),
-    doc = "[`ArcSwap`]: https://docs.rs/ranklocal/latest/ranklocal/struct.ArcSwap.html"
+    doc = "[`ArcSwap`]: crate#features"
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
