@@ -131,7 +131,7 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     /// Signalled whenever a claim ends (`init`).
     claim_ended: Condvar,
     /// Set once a debug build warned about values kept for exited ranks (`kept`).
-    #[cfg(debug_assertions)]
+    #[cfg(all(debug_assertions, not(loom)))]
     kept_warned: crate::primitive::AtomicBool,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
@@ -168,7 +168,7 @@ macro_rules! empty_rank_local {
                 all_escaped: true,
             }),
             claim_ended: Condvar::new(),
-            #[cfg(debug_assertions)]
+            #[cfg(all(debug_assertions, not(loom)))]
             kept_warned: crate::primitive::AtomicBool::new(false),
             _owns: PhantomData,
         }
