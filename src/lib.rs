@@ -20,12 +20,13 @@
 //! // per-rank state shared between "forward" (the rank's thread) and "backward" (a worker)
 //! static PENDING: RankLocal<Mutex<Vec<u32>>> = RankLocal::new();
 //!
-//! PENDING.get().lock().unwrap().push(1); // forward: this thread's own instance
+//! PENDING.with(|p| p.lock().unwrap().push(1)); // forward: this thread's own instance
 //! let rank = RankId::current();
 //! let worker = std::thread::spawn(move || {
-//!     on_behalf_of(rank, || PENDING.get().lock().unwrap().pop()) // backward, for `rank`
+//!     on_behalf_of(rank, || PENDING.with(|p| p.lock().unwrap().pop())) // backward, for `rank`
 //! });
 //! assert_eq!(worker.join().unwrap(), Some(1));
+//! // `with` lends the value: after this thread exits, the crate frees it (see below)
 //! ```
 //!
 //! # `get` or `with`: which access
