@@ -3,10 +3,14 @@
 //! (`HashIndex`, `HashMap`), papaya 0.2 and the `thread_local` crate 1.1.
 //!
 //! ```text
-//! cargo run --release -p ranklocal-benches --example peers              # ~1 min
-//! cargo run --release -p ranklocal-benches --example peers -- --quick   # a few seconds
-//! cargo run --release -p ranklocal-benches --example peers -- --help
+//! cargo run --release -p ranklocal-peers --example peers              # ~1 min
+//! cargo run --release -p ranklocal-peers --example peers -- --quick   # a few seconds
+//! cargo run --release -p ranklocal-peers --example peers -- --help
+//! cargo run --release -p ranklocal-peers --example peers -- --only-case fresh-thread --threads 1,2,4,8,16
 //! ```
+//!
+//! Its own package (`benches/peers/Cargo.toml`), so its build holds only the crates it measures:
+//! no criterion, serde or regex.
 //!
 //! Every map arm uses the same one-multiply hasher (`MulHasher` of `arms.rs`, as `compare` and
 //! the criterion suite) and boxed values (`Box<u64>`, as `arms.rs`: a value at a stable address,
@@ -25,7 +29,7 @@
 //! ```text
 //! valgrind --tool=callgrind target/release/examples/peers --only epoch --only-case touch-id --ops 1000
 //! ```
-//! This crate is a member of the workspace but not of the published library, so these peers add
+//! Its package is a member of the workspace but not of the published library, so these peers add
 //! nothing to the build of `cargo run --release --example compare` or of the library.
 
 #[path = "arms.rs"]
@@ -395,7 +399,7 @@ peers: ranklocal against std RwLock<HashMap>, dashmap 6, scc 3 (HashIndex,
 HashMap), papaya 0.2 and the thread_local crate 1.1, in one process, the arms
 interleaved round by round
 
-USAGE: cargo run --release -p ranklocal-benches --example peers -- [OPTIONS]
+USAGE: cargo run --release -p ranklocal-peers --example peers -- [OPTIONS]
 
 OPTIONS:
   --quick           fewer rounds and threads (a few seconds; a smoke run)
@@ -408,6 +412,8 @@ OPTIONS:
                     print their checksum (benches/peers_callgrind.sh)
   --size N          callgrind mode: keys present (touch-id, miss; default
                     1024) or live threads (fresh-thread; default 64)
+  --threads LIST    fresh-thread: the live-thread counts N, comma-separated
+                    (e.g. 1,2,4,8,16)                   [default: 64,1024]
   -h, --help        this text
 
 CASES (xRW = the arm's median / RwLock<HashMap>'s, in the same table):
@@ -459,6 +465,8 @@ struct Opts {
     cases: Vec<Case>,
     ops: Option<usize>,
     size: Option<usize>,
+    /// fresh-thread's live-thread counts (`--threads`).
+    threads: Vec<usize>,
 }
 
 fn die(msg: &str) -> ! {
@@ -478,6 +486,7 @@ fn parse() -> Opts {
         cases: CASES.iter().map(|c| c.0).collect(),
         ops: None,
         size: None,
+        threads: FRESH_SIZES.to_vec(),
     };
     let mut only_arms = false;
     let mut args = std::env::args().skip(1);
@@ -523,6 +532,21 @@ fn parse() -> Opts {
             }
             "--ops" => o.ops = Some(num(args.next(), "--ops")),
             "--size" => o.size = Some(num(args.next(), "--size")),
+            "--threads" => {
+                let list = args.next().unwrap_or_default();
+                o.threads = list
+                    .split(',')
+                    .map(|s| {
+                        s.trim()
+                            .parse()
+                            .ok()
+                            .filter(|&n: &usize| n > 0)
+                            .unwrap_or_else(|| die("--threads takes e.g. 1,2,4,8,16"))
+                    })
+                    .collect();
+                o.threads.sort_unstable(); // the pool of live threads only grows
+                o.threads.dedup();
+            }
             "--bench" => {} // passed by `cargo bench`-style runners; ignored
             other => die(&format!("unknown option {other:?} (try --help)")),
         }
@@ -927,11 +951,11 @@ fn fresh_thread(o: &Opts) {
     let mut pool = LivePool::new();
     let mut rows: Vec<Vec<Option<Stat>>> = vec![Vec::new(); arms.len()];
     let mut rounds_used = Vec::new();
-    for n in FRESH_SIZES {
+    for &n in &o.threads {
         let rounds = match (o.quick, n) {
-            (true, 64) => 15,
+            (true, 0..=64) => 15,
             (true, _) => 5,
-            (false, 64) => 301,
+            (false, 0..=64) => 301,
             (false, _) => 151,
         };
         rounds_used.push(rounds);
@@ -962,7 +986,7 @@ fn fresh_thread(o: &Opts) {
         "\n4. first touch on a fresh thread: us for its first get_or (maps: get-or-\n   \
          insert of a new key), timed inside it, while N-1 other threads that\n   \
          touched the structure are parked; fresh threads per arm: {};\n   \
-         grow = med at N = 1024 / med at N = 64",
+         grow = med at the last N / med at the first",
         rounds_used
             .iter()
             .map(|r| r.to_string())
@@ -970,11 +994,11 @@ fn fresh_thread(o: &Opts) {
             .join(" / ")
     );
     Table {
-        sizes: FRESH_SIZES.iter().map(|n| format!("N = {n}")).collect(),
+        sizes: o.threads.iter().map(|n| format!("N = {n}")).collect(),
         rows: arms.into_iter().zip(rows).collect(),
     }
     .print(Some(("grow", &|s: &[Option<Stat>]| {
-        Some(s.get(1).copied()??.med / s.first().copied()??.med)
+        Some(s.last().copied()??.med / s.first().copied()??.med)
     })));
 }
 

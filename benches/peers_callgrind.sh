@@ -11,7 +11,7 @@
 # compare with the `none` arm, a thread that touches nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p ranklocal-benches --example peers -q
+cargo build --release -p ranklocal-peers --example peers -q
 bin=${CARGO_TARGET_DIR:-target}/release/examples/peers
 N=${N:-1000}
 SIZE=${SIZE:-}

@@ -2,10 +2,12 @@
 //!
 //! ```text
 //! RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize" LOOM_MAX_PREEMPTIONS=2 \
-//!     timeout 1200 cargo test --release --target-dir target/loom --test loom
+//!     timeout 1200 cargo test --release --features loom --target-dir target/loom --test loom
 //! ```
 //!
-//! Without `--cfg loom` this file compiles to nothing. Each model counts the executions loom
+//! The `loom` feature makes loom a dependency (it is optional, so the crate's dependents never
+//! resolve it); without it `cargo test` skips this target, and without `--cfg loom` this file
+//! compiles to nothing. Each model counts the executions loom
 //! explored, prints the count and asserts a lower bound, so a model that silently stops exploring
 //! (a std primitive bypassing the shim, a missing cfg) fails instead of passing green.
 //!

@@ -43,17 +43,18 @@ for c in "${controls[@]}"; do
   IFS='#' read -r name file expr model expect <<<"$c"
   rm -rf "$scratch/crate" && mkdir -p "$scratch/crate"
   cp -r Cargo.toml Cargo.lock src loom_tests README.md papers "$scratch/crate/"
-  # benches/ is a workspace member (the criterion crate): copy its manifest and sources so the
-  # scratch workspace resolves with the same Cargo.lock
-  mkdir -p "$scratch/crate/benches" "$scratch/crate/examples" "$scratch/crate/tests"
-  cp benches/Cargo.toml benches/ranklocal.rs benches/arms.rs "$scratch/crate/benches/"
+  # benches/ and benches/peers/ are workspace members (the criterion crate, peers): copy their
+  # manifests and sources so the scratch workspace resolves with the same Cargo.lock
+  mkdir -p "$scratch/crate/benches/peers" "$scratch/crate/examples" "$scratch/crate/tests"
+  cp benches/Cargo.toml benches/ranklocal.rs benches/arms.rs benches/peers.rs "$scratch/crate/benches/"
+  cp benches/peers/Cargo.toml benches/peers/lib.rs "$scratch/crate/benches/peers/"
   sed -i "$expr" "$scratch/crate/$file"
   if cmp -s "$file" "$scratch/crate/$file"; then
     echo "negative control '$name': the mutation did not apply (update loom_tests/negative.sh)"
     failed=1
     continue
   fi
-  out=$(cd "$scratch/crate" && timeout 600 cargo test -q --release --test loom "$model" -- --test-threads=1 2>&1 || true)
+  out=$(cd "$scratch/crate" && timeout 600 cargo test -q --release --features loom --test loom "$model" -- --test-threads=1 2>&1 || true)
   if grep -q "$expect" <<<"$out"; then
     echo "negative control '$name': caught by $model ($expect)"
   else

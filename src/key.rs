@@ -303,6 +303,12 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
         self.inner.0.is_empty()
     }
 
+    /// How many instances are kept for exited ranks because they were handed out as `&T` (by
+    /// `get`, `try_get`, `get_for` or `iter`); O(n). See [`RankLocal::kept_exited`].
+    pub fn kept_exited(&'static self) -> usize {
+        self.inner.0.kept_exited()
+    }
+
     /// Lends every instance to `f` in turn, from one snapshot, keeping nothing alive (see
     /// [`RankLocal::for_each`]).
     ///

@@ -20,12 +20,13 @@
 //! // per-rank state shared between "forward" (the rank's thread) and "backward" (a worker)
 //! static PENDING: RankLocal<Mutex<Vec<u32>>> = RankLocal::new();
 //!
-//! PENDING.get().lock().unwrap().push(1); // forward: this thread's own instance
+//! PENDING.with(|p| p.lock().unwrap().push(1)); // forward: this thread's own instance
 //! let rank = RankId::current();
 //! let worker = std::thread::spawn(move || {
-//!     on_behalf_of(rank, || PENDING.get().lock().unwrap().pop()) // backward, for `rank`
+//!     on_behalf_of(rank, || PENDING.with(|p| p.lock().unwrap().pop())) // backward, for `rank`
 //! });
 //! assert_eq!(worker.join().unwrap(), Some(1));
+//! // `with` lends the value: after this thread exits, the crate frees it (see below)
 //! ```
 //!
 //! # `get` or `with`: which access
@@ -56,6 +57,24 @@
 //! let mine: &Vec<u8> = SCRATCH.get(); // handed out: kept until `&mut` access or drop
 //! assert!(mine.is_empty());
 //! ```
+//!
+//! # Which call frees what
+//!
+//! | call | what it frees | when | on which thread |
+//! |---|---|---|---|
+//! | [`get`](RankLocal::get), `get_or`, `get_or_try`, `try_get`, `get_for`, `iter` | nothing: the value is handed out as `&T` | kept until `purge_exited`, `clear` or the drop (a `static`: never) | — |
+//! | [`with`](RankLocal::with), `with_or`, `try_with`, `with_for`, `for_each` | the value, if only ever reached this way | after its rank exits, by a sweep that a later first touch runs (amortized), once no reader sees it | the thread that sweeps |
+//! | [`reclaim_exited`](RankLocal::reclaim_exited) | exited ranks' scoped-only values | unpublishes them now; drops each once no reader still sees it | this call, else a later sweep or call |
+//! | [`reclaim_exited_blocking`](RankLocal::reclaim_exited_blocking) | the same | returns once every one is dropped | the caller (it waits for readers) |
+//! | [`purge_exited`](RankLocal::purge_exited) (`&mut`) | every value of an exited rank | now | the caller |
+//! | [`clear`](RankLocal::clear) (`&mut`) | every value | now | the caller |
+//! | drop of the `RankLocal` | every value | now | the dropping thread |
+//!
+//! Whichever thread frees a value, its `Drop` runs as the value's own rank
+//! ([`RankId::current`] inside `T::drop` is that rank). A value reached both ways counts as
+//! handed out. [`kept_exited`](RankLocal::kept_exited) counts the values kept for exited ranks
+//! because they were handed out (O(n)); debug builds warn once per `RankLocal` when at least half
+//! of 1,024 or more values are.
 //!
 //! # Ranks that are not threads
 //! Every OS thread is implicitly a rank. A [`Rank`] is an owned *logical* rank — one per request,
@@ -129,6 +148,10 @@
 //!
 //! - `arc-swap` (off by default): the [`ArcSwap`] backend. It exists to be measured against
 //!   [`Epoch`]; without the feature, arc-swap is not compiled.
+//! - `loom` (off by default): the model-checking build of the repository's loom models, with
+//!   `RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize"`. loom is an optional
+//!   dependency, so a crate that depends on `ranklocal` resolves no loom (nor its dependencies)
+//!   unless it turns this on; without the cfgs the feature changes nothing.
 //!
 //! # Comparison with similar crates
 //!
@@ -153,7 +176,7 @@
 //!   values must be `Sync`. The README's [migration section][migration] has the full mapping and
 //!   the compiler errors a mechanical port meets.
 //! - **C++ `c10d::RankLocal<T>`** (the original): a `thread_local` pointer cache in front of a
-//!   global `std::shared_mutex` + `unordered_map`, with three flaws ([`design`] §2): the cache is
+//!   global `std::shared_mutex` + `unordered_map`, with three flaws (see [`design`]): the cache is
 //!   checked before the delegation context, so a thread that touched its own instance returns
 //!   it even while working for another rank; entries are never freed; and a global lock on
 //!   every delegated lookup — each takes the read lock, whose shared reader count every reader
@@ -168,7 +191,7 @@
 //! - **[`dashmap`]**: a map sharded under `RwLock`s; every read still writes its shard's shared
 //!   reader count. **[`papaya`]**: a lock-free hash map with its own reclamation and in-place
 //!   inserts; `ranklocal`'s first touch fills a slot of the published snapshot in place too, or
-//!   hangs a new trie leaf into it (I38), and copies an O(log n) path only beyond the trie's range
+//!   hangs a new trie leaf into it, and copies an O(log n) path only beyond the trie's range
 //!   or under a node some iteration froze. For
 //!   few, rarely inserted keys read from every thread, a snapshot plus a thread cache is simpler
 //!   and a repeated lookup is a thread-local hit.
@@ -186,10 +209,13 @@
 //! [`papaya`]: https://docs.rs/papaya
 #![cfg_attr(
     not(all(feature = "arc-swap", not(loom))),
-    doc = "[`ArcSwap`]: https://docs.rs/ranklocal/latest/ranklocal/struct.ArcSwap.html"
+    doc = "[`ArcSwap`]: crate#features"
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
+
+#[cfg(all(loom, not(feature = "loom")))]
+compile_error!("`--cfg loom` builds the crate on loom's primitives: also pass `--features loom`");
 
 mod backend;
 mod cache;

@@ -51,7 +51,7 @@ pub(crate) use sealed::Sealed;
 ///
 #[cfg_attr(
     not(all(feature = "arc-swap", not(loom))),
-    doc = "[`ArcSwap`]: https://docs.rs/ranklocal/latest/ranklocal/struct.ArcSwap.html"
+    doc = "[`ArcSwap`]: crate#features"
 )]
 pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     /// A short name for tables and `Debug` output.

@@ -171,6 +171,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // Freed outside the writer lock and pinned by nothing; a `T::drop` panic is kept for an
         // explicit reclamation call.
         self.free_ready(ready);
+        self.check_kept(access); // debug builds: warn once if many values are kept for exited ranks
         Ok(Lent {
             p,
             pin: guard,

@@ -45,7 +45,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     )]
     #[cfg_attr(
         not(all(feature = "arc-swap", not(loom))),
-        doc = "[`ArcSwap`]: https://docs.rs/ranklocal/latest/ranklocal/struct.ArcSwap.html"
+        doc = "[`ArcSwap`]: crate#features"
     )]
     pub fn iter(&self) -> Iter<'_, T, B> {
         // Under the writer lock the map cannot change (I16) and holds no RECLAIMING instance

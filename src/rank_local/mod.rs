@@ -25,6 +25,7 @@
 mod init;
 mod instance;
 mod iter;
+mod kept;
 mod reclaim;
 mod scoped;
 #[cfg(all(test, not(loom)))]
@@ -129,6 +130,9 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     writer: Mutex<Writer>,
     /// Signalled whenever a claim ends (`init`).
     claim_ended: Condvar,
+    /// Set once a debug build warned about values kept for exited ranks (`kept`).
+    #[cfg(all(debug_assertions, not(loom)))]
+    kept_warned: crate::primitive::AtomicBool,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
     _owns: PhantomData<(T, Invariant<T>)>,
@@ -165,6 +169,8 @@ macro_rules! empty_rank_local {
                 walks: 0,
             }),
             claim_ended: Condvar::new(),
+            #[cfg(all(debug_assertions, not(loom)))]
+            kept_warned: crate::primitive::AtomicBool::new(false),
             _owns: PhantomData,
         }
     };
