@@ -13,6 +13,7 @@ common::backend_tests! {
     values_of_live_ranks_are_counted_once_they_exit,
     a_value_reached_both_ways_counts_as_handed_out,
     an_exited_threads_value_is_counted,
+    values_an_iter_held_are_counted,
     #[cfg_attr(miri, ignore)] // 1,100 ranks: slow under Miri, and the paths are the ones above
     a_map_past_the_warning_threshold_counts_exactly,
 }
@@ -116,4 +117,27 @@ fn a_keys_values_handed_out_to_exited_ranks_are_counted() {
     assert_eq!(HANDED_OUT.kept_exited(), 0);
     drop(rank);
     assert_eq!(HANDED_OUT.kept_exited(), 1);
+}
+
+/// `iter()` hands out every value of its snapshot: those count as kept once their ranks exit,
+/// even if they were only reached through scoped access before; a scoped value published after
+/// the `iter()` does not.
+fn values_an_iter_held_are_counted<B: Backend>() {
+    let rl: RankLocal<u64, B> = RankLocal::new();
+    let ranks: Vec<Rank> = (0..10).map(|_| Rank::new()).collect();
+    for rank in &ranks {
+        on_behalf_of(rank.id(), || rl.with(|_| ()));
+    }
+    assert_eq!(rl.iter().count(), 10);
+    let later = Rank::new();
+    on_behalf_of(later.id(), || rl.with(|_| ()));
+    drop(ranks);
+    drop(later);
+    assert_eq!(rl.kept_exited(), 10);
+    rl.reclaim_exited_blocking();
+    assert_eq!(
+        rl.len(),
+        10,
+        "only the value published after the iter() was freed"
+    );
 }

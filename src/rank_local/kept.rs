@@ -8,7 +8,7 @@ use super::RankLocal;
 use crate::backend::Backend;
 use crate::collector::{count_pin, pin};
 use crate::identity;
-use crate::primitive::Ordering;
+use crate::primitive::{lock, Ordering};
 
 /// The smallest map the debug warning looks at: it checks when the number of instances reaches a
 /// power of two from here on.
@@ -18,7 +18,7 @@ const WARN_FROM: usize = 1024;
 impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// How many instances are kept for ranks that have exited because they were handed out as a
     /// plain `&T` (by [`get`](Self::get), `get_or`, `get_or_try`, `try_get`, `get_for` or
-    /// [`iter`](Self::iter)).
+    /// [`iter`](Self::iter): every instance in its snapshot counts as handed out).
     ///
     /// Such an instance is kept until `&mut` access ([`purge_exited`](Self::purge_exited),
     /// [`clear`](Self::clear)) or the `RankLocal`'s drop; a sweep or
@@ -56,6 +56,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert!(names.is_empty());
     /// ```
     pub fn kept_exited(&self) -> usize {
+        // An instance published before the last `iter()` counts as handed out (I31); a count
+        // read a moment before the visit misses at most what that moment's `iter` escaped.
+        let walks = lock(&self.writer).walks;
         let mut escaped: Vec<u64> = {
             // The pin covers the snapshot's load and the visit (I33).
             let guard = pin();
@@ -65,8 +68,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                     // SAFETY: an instance of this map (I5), read from a snapshot loaded under
                     // `guard`, so alive while it is held (I32, I33).
                     let p = unsafe { InstancePtr::<T>::new(p) };
-                    // SAFETY: as just said (I33). Acquire, as `for_each` reads it.
-                    unsafe { p.state() }.load(Ordering::Acquire) == ESCAPED
+                    // SAFETY: as just said (I33). Acquire, as `for_each` reads it; Relaxed for
+                    // the count, written before the instance was published (I2, I31).
+                    let (state, born) = unsafe { (p.state(), p.born()) };
+                    state.load(Ordering::Acquire) == ESCAPED || born.load(Ordering::Relaxed) < walks
                 })
                 .map(|(rank, _)| rank)
                 .collect()
