@@ -48,6 +48,17 @@ pub(crate) fn registered() -> bool {
     REGISTERED.with(Cell::get)
 }
 
+/// Whether a lookup that need not stay pinned (one that escapes what it finds) should pin rather
+/// than look the map up under a free writer lock: once the thread has a participant its pins are
+/// cheap and keep the lookup lock-free; before, its first pin would register it, and crossbeam
+/// walks every registered thread on a participant's first pin. Under loom every thread counts as
+/// registered, so the models keep checking the pinned read path they were written for (m20 checks
+/// the lookup under the writer lock).
+#[inline]
+pub(crate) fn prefers_pin() -> bool {
+    cfg!(loom) || registered()
+}
+
 /// What the crate retires to its collector (I37): each runs no user code (I18).
 pub(crate) enum Retired {
     /// Gives up a replaced `Epoch` version's epoch reference: `release(header)`.

@@ -37,6 +37,7 @@ use core::marker::PhantomData;
 
 use crate::backend::{Backend, Epoch};
 use crate::cache;
+use crate::collector;
 use crate::counters;
 use crate::erased::Erased;
 use crate::identity::{self, RankId};
@@ -387,15 +388,17 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 
     /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
     ///
-    /// The thread's own rank is looked up with no pin, under the writer lock when it is free
-    /// ([`lookup_unpinned`](Self::lookup_unpinned)): a thread's first pin registers it with the
-    /// crate's collector, and crossbeam then walks every registered thread, so a thread that only
-    /// ever uses its own rank never registers. Other ranks, and the own rank while another thread
-    /// holds the lock, are looked up under a pin, lock-free. Never waits for the lock.
+    /// The thread's own rank, and any rank on a thread with no participant on the crate's
+    /// collector, is looked up with no pin, under the writer lock when it is free
+    /// ([`lookup_unpinned`](Self::lookup_unpinned)): a thread's first pin registers it, and
+    /// crossbeam then walks every registered thread, O(registered threads). So a thread that
+    /// only looks ranks up (its own, or others' with `get`/`get_for`) never registers. Other
+    /// ranks on a registered thread, and any rank while another thread holds the lock, are looked
+    /// up under a pin, lock-free. Never waits for the lock.
     #[cold]
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
         counters::bump!(MAP_LOOKUPS);
-        if rank == identity::own_raw() {
+        if rank == identity::own_raw() || !collector::prefers_pin() {
             if let Some(found) = self.lookup_unpinned(rank, true) {
                 let p = found?;
                 if Self::uses_thread_cache(rank) {

@@ -536,10 +536,16 @@ fn first_contact_registers_no_participant<B: Backend>() {
         assert_eq!(c.get_for(me), Some(&4));
         assert_eq!(c.try_with(|v| *v), Some(4));
     };
+    let job = Rank::new();
+    b.get_or(|| 5);
+    on_behalf_of(job.id(), || b.get_or(|| 6));
     on_fresh_thread(|| {
         let me = RankId::current(); // holds an id before its first touch
         let pins = events(&PINS, || {
             assert_eq!(*b.get_or(|| 2), 2); // another RankLocal first
+                                            // delegated lookups that escape, on a thread with no participant: no pin either
+            assert_eq!(b.get_for(job.id()), Some(&6));
+            assert_eq!(on_behalf_of(job.id(), || *b.get()), 6);
             own_contact(&a, me);
         });
         assert_eq!(pins, 0, "a first contact pinned");
@@ -548,12 +554,11 @@ fn first_contact_registers_no_participant<B: Backend>() {
             "a first contact registered a participant"
         );
     });
-    // a thread that acted for another rank before (that lookup pins): its own first contact
-    // still takes no pin
-    let job = Rank::new();
-    b.get_or(|| 5);
+    // a thread that holds a participant (a scoped read of another rank pins): its own first
+    // contact still takes no pin
     on_fresh_thread(|| {
-        assert_eq!(on_behalf_of(job.id(), || *b.get_or(|| 6)), 6);
+        assert_eq!(b.with_for(job.id(), |v| *v), Some(6));
+        assert!(crate::collector::registered());
         let me = RankId::current();
         let pins = events(&PINS, || own_contact(&RankLocal::new(), me));
         assert_eq!(
