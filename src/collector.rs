@@ -51,12 +51,29 @@ pub(crate) fn registered() -> bool {
 /// Whether a lookup that need not stay pinned (one that escapes what it finds) should pin rather
 /// than look the map up under a free writer lock: once the thread has a participant its pins are
 /// cheap and keep the lookup lock-free; before, its first pin would register it, and crossbeam
-/// walks every registered thread on a participant's first pin. Under loom every thread counts as
-/// registered, so the models keep checking the pinned read path they were written for (m20 checks
-/// the lookup under the writer lock).
+/// walks every registered thread on a participant's first pin. A thread that keeps looking ranks
+/// up without a participant pins after [`UNPINNED_LOOKUPS`] such lookups: its registration's walk
+/// is then paid once against many lookups, and its misses go back to the lock-free path. Under
+/// loom every thread counts as registered, so the models keep checking the pinned read path they
+/// were written for (m20 checks the lookup under the writer lock).
 #[inline]
 pub(crate) fn prefers_pin() -> bool {
-    cfg!(loom) || registered()
+    cfg!(loom)
+        || registered()
+        || UNPINNED.with(|n| {
+            let left = n.get();
+            n.set(left.saturating_sub(1));
+            left == 0
+        })
+}
+
+/// How many lookups a thread without a participant makes under a free writer lock before it
+/// pins (and registers) instead ([`prefers_pin`]).
+const UNPINNED_LOOKUPS: u32 = 64;
+
+tls! {
+    /// The lookups this thread may still make without a participant ([`prefers_pin`]).
+    static UNPINNED: Cell<u32> = const { Cell::new(UNPINNED_LOOKUPS) };
 }
 
 /// What the crate retires to its collector (I37): each runs no user code (I18).

@@ -124,6 +124,7 @@ impl Iterator for ArcSwapIter {
 impl Backend for ArcSwap {
     const NAME: &'static str = "arc-swap";
     const CACHES_DELEGATED: bool = true;
+    const LOOKUP_PINS: bool = true;
     type Map = ArcSwapMap;
     type Iter<'a> = ArcSwapIter;
 

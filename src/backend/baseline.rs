@@ -65,6 +65,7 @@ impl Sealed for Baseline {}
 impl Backend for Baseline {
     const NAME: &'static str = "baseline";
     const CACHES_DELEGATED: bool = false;
+    const LOOKUP_PINS: bool = false;
     type Map = BaselineMap;
     type Iter<'a> = std::vec::IntoIter<(u64, Erased)>;
 

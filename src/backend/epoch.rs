@@ -308,6 +308,7 @@ impl Drop for EpochIter<'_> {
 impl Backend for Epoch {
     const NAME: &'static str = "epoch";
     const CACHES_DELEGATED: bool = true;
+    const LOOKUP_PINS: bool = true;
     type Map = EpochMap;
     type Iter<'a> = EpochIter<'a>;
 

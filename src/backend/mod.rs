@@ -64,6 +64,13 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     const CACHES_DELEGATED: bool;
 
+    /// Whether a lookup (`get_with`) pins the crate's epoch collector. On such a backend a
+    /// thread's first pin would register it, so the lookups that need not stay pinned may go
+    /// under a free writer lock instead (`RankLocal::lookup_slow`). `false` only for
+    /// [`Baseline`], whose lookups take its read lock, as the C++ design's do.
+    #[doc(hidden)]
+    const LOOKUP_PINS: bool;
+
     #[doc(hidden)]
     type Map: Send + Sync;
 

@@ -388,17 +388,18 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 
     /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
     ///
-    /// The thread's own rank, and any rank on a thread with no participant on the crate's
-    /// collector, is looked up with no pin, under the writer lock when it is free
+    /// On a backend whose lookups pin (`Epoch`, `ArcSwap`), the thread's own rank, and any rank
+    /// on a thread with no participant on the crate's collector (for its first few such
+    /// lookups), is looked up with no pin, under the writer lock when it is free
     /// ([`lookup_unpinned`](Self::lookup_unpinned)): a thread's first pin registers it, and
     /// crossbeam then walks every registered thread, O(registered threads). So a thread that
-    /// only looks ranks up (its own, or others' with `get`/`get_for`) never registers. Other
-    /// ranks on a registered thread, and any rank while another thread holds the lock, are looked
-    /// up under a pin, lock-free. Never waits for the lock.
+    /// looks up its own rank, or a few others with `get`/`get_for`, never registers. Other ranks
+    /// on a registered thread (or one that keeps missing), and any rank while another thread
+    /// holds the lock, are looked up under a pin, lock-free. Never waits for the lock.
     #[cold]
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
         counters::bump!(MAP_LOOKUPS);
-        if rank == identity::own_raw() || !collector::prefers_pin() {
+        if B::LOOKUP_PINS && (rank == identity::own_raw() || !collector::prefers_pin()) {
             if let Some(found) = self.lookup_unpinned(rank, true) {
                 let p = found?;
                 if Self::uses_thread_cache(rank) {

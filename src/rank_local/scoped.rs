@@ -112,6 +112,18 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         Some((p, guard))
     }
 
+    /// The live owner's lookup of its own instance, with no pin: under the writer lock if it is
+    /// free (`None` if not) on the backends whose lookups pin; `Baseline`'s lookup takes its read
+    /// lock and pins nothing, so it looks up as before. The live owner's instance needs no
+    /// protection once found (I35).
+    fn owner_lookup(&self, rank: u64) -> Option<Option<InstancePtr<T>>> {
+        if B::LOOKUP_PINS {
+            return self.lookup_unpinned(rank, false);
+        }
+        // SAFETY: an instance of this map (I5), the live owner's (I35).
+        Some(B::get(&self.map, rank).map(|p| unsafe { InstancePtr::<T>::new(p) }))
+    }
+
     /// `with` after the owner entry missed: the live owner looks up or creates its instance and
     /// caches it under `OWNER_TAG`; anyone else goes through [`pinned_lookup`](Self::pinned_lookup)
     /// or a scoped first touch, pinned until `f` returns.
@@ -129,7 +141,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             let found = if fresh {
                 None
             } else {
-                self.lookup_unpinned(rank, false).flatten()
+                self.owner_lookup(rank).flatten()
             };
             let p = match found {
                 // The live owner's instance, not reclaimed while the thread runs (I35).
@@ -169,7 +181,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             // No pin: under the writer lock if free, else a plain lookup (the live owner's
             // instance needs no pin once found, I35; the lookup protects itself, as `Epoch`'s
             // pins).
-            let p = match self.lookup_unpinned(rank, false) {
+            let p = match self.owner_lookup(rank) {
                 Some(found) => found?,
                 // SAFETY: an instance of this map (I5); the live owner's (I35).
                 None => unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) },
