@@ -263,5 +263,8 @@ fn a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance<B: Backend>() 
         "the instance a plain get handed out was reclaimed"
     );
     assert_eq!(drops.load(Ordering::SeqCst), 0);
-    assert_eq!(got, addr(on_behalf_of(id, || rl.get())));
+    assert_eq!(
+        got,
+        addr(on_behalf_of(id, || rl.get_or(|| Counted::new(drops))))
+    );
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Ordering::
 use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::thread;
 
-use common::{count_defaults_in, panic_message, Bomb, Counted};
+use common::{panic_message, Bomb, Counted};
 use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 /// Records, for each drop, the rank it ran as and the rank the value belonged to.
@@ -168,8 +168,10 @@ fn a_swept_values_drop_panic_surfaces_at_an_explicit_call<B: Backend>() {
     let ranks: Vec<Rank> = (0..40).map(|_| Rank::new()).collect();
     for (i, r) in ranks.iter().enumerate() {
         on_behalf_of(r.id(), || {
-            count_defaults_in(drops);
-            rl.with(|b| b.armed.store(i == 3, Ordering::SeqCst));
+            rl.with_or(
+                || Bomb::new(drops, false),
+                |b| b.armed.store(i == 3, Ordering::SeqCst),
+            );
         });
     }
     drop(ranks);
@@ -181,12 +183,10 @@ fn a_swept_values_drop_panic_surfaces_at_an_explicit_call<B: Backend>() {
             || {
                 let r = Rank::new();
                 on_behalf_of(r.id(), || {
-                    count_defaults_in(others);
-                    rl.with(|_| ());
+                    rl.with_or(|| Bomb::new(others, false), |_| ());
                 });
                 on_behalf_of(unrelated.id(), || {
-                    count_defaults_in(others);
-                    rl.with(|_| ());
+                    rl.with_or(|| Bomb::new(others, false), |_| ());
                 });
                 drop(r);
             },
@@ -878,11 +878,13 @@ fn blocking_reclaim_does_not_wait_for_a_first_touchs_closure<B: Backend>() {
         let (t_done_tx, t_done_rx) = mpsc::channel::<()>();
         let u = thread::spawn(move || {
             let touch = || {
-                common::count_defaults_in(drops);
-                rl.with(|_| {
-                    in_f_tx.send(()).unwrap();
-                    t_done_rx.recv_timeout(common::DEADLOCK).is_ok()
-                })
+                rl.with_or(
+                    || Counted::new(drops),
+                    |_| {
+                        in_f_tx.send(()).unwrap();
+                        t_done_rx.recv_timeout(common::DEADLOCK).is_ok()
+                    },
+                )
             };
             if delegate {
                 on_behalf_of(Rank::new().id(), touch)

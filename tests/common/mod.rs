@@ -6,7 +6,6 @@
 //! here (and only here; the macro and its re-export carry their own `allow`s):
 #![allow(dead_code)]
 
-use std::cell::Cell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -209,26 +208,12 @@ pub fn counter() -> &'static AtomicUsize {
     leak(AtomicUsize::new(0))
 }
 
-thread_local! {
-    /// The counter `Counted::default()` and `Bomb::default()` count in, on this thread.
-    static DEFAULT_DROPS: Cell<Option<&'static AtomicUsize>> = const { Cell::new(None) };
-}
-
-/// Makes `Counted::default()` and `Bomb::default()` on this thread count their drops in `drops`:
-/// scoped first touches (`with`) build instances with `T::default()`.
-pub fn count_defaults_in(drops: &'static AtomicUsize) {
-    DEFAULT_DROPS.with(|c| c.set(Some(drops)));
-}
-
-fn default_drops() -> &'static AtomicUsize {
-    DEFAULT_DROPS.with(|c| {
-        c.get()
-            .expect("count_defaults_in was not called on this thread")
-    })
-}
-
 /// Counts its drops in the counter it was made with. Its value lives in its own heap allocation,
 /// so reading it after the instance was freed is a use after free that Miri reports.
+///
+/// No `Default` on purpose (nor on [`Bomb`]): a first touch names its counter where it happens,
+/// `rl.with_or(|| Counted::new(drops), f)` (`with` is `with_or(T::default, f)`), instead of a
+/// per-thread setting made elsewhere that a `Default` impl would read.
 pub struct Counted<'a> {
     pub drops: &'a AtomicUsize,
     heap: Box<u64>,
@@ -248,13 +233,6 @@ impl<'a> Counted<'a> {
     }
 }
 
-/// Counts in the counter [`count_defaults_in`] set for this thread.
-impl Default for Counted<'_> {
-    fn default() -> Self {
-        Counted::new(default_drops())
-    }
-}
-
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.drops.fetch_add(1, Ordering::SeqCst);
@@ -263,8 +241,7 @@ impl Drop for Counted<'_> {
 
 /// A scoped first touch of `rl` for the current rank whose instance counts its drops in `drops`.
 pub fn touch_scoped<B: Backend>(rl: &RankLocal<Counted<'static>, B>, drops: &'static AtomicUsize) {
-    count_defaults_in(drops);
-    rl.with(|_| ());
+    rl.with_or(|| Counted::new(drops), |_| ());
 }
 
 /// Counts its drops like [`Counted`]; once armed it panics in `drop` (after counting).
@@ -279,13 +256,6 @@ impl<'a> Bomb<'a> {
             drops,
             armed: AtomicBool::new(armed),
         }
-    }
-}
-
-/// Unarmed, counting in the counter [`count_defaults_in`] set for this thread.
-impl Default for Bomb<'_> {
-    fn default() -> Self {
-        Bomb::new(default_drops(), false)
     }
 }
 
