@@ -434,21 +434,44 @@ fn a_scoped_first_touch_of_an_exited_rank_outlives_f<B: Backend>() {
 }
 
 /// The same, reading the value lent to `f` after a sweep inside `f`: it must still be alive.
-/// Natively this only checks that nothing panics; under Miri a read of the freed value is the use
-/// after free that review 3 found (see above), reported as undefined behaviour.
+/// Natively a read of freed memory shows nothing, so the value is a [`Tracked`] (as in the races
+/// below): its drop records its serial, and the test fails on that record, before it reads the
+/// value, if a sweep inside `f` dropped it. The read then checks the canary, and under Miri a read
+/// of the freed value is the use after free that review 3 found (see above), reported as
+/// undefined behaviour.
 fn a_scoped_first_touch_of_an_exited_rank_is_readable_after_a_sweep_inside_f<B: Backend>() {
+    let dropped = leak(Mutex::new(HashSet::new()));
     let drops = counter();
-    let rl = RankLocal::<Counted<'_>, B>::new();
+    let rl = RankLocal::<Tracked, B>::new();
     let dead = exited_rank_with_a_sweep_due();
-    on_behalf_of(dead, || {
+    let read = on_behalf_of(dead, || {
         rl.with_or(
-            || Counted::new(drops),
+            || Tracked::new(dropped, drops),
             |v| {
-                rl.reclaim_exited();
-                std::hint::black_box(v.value());
+                let serial = v.check(); // lent to `f`: alive here
+                                        // other tests' pins may delay the grace period that would expose a drop, so
+                                        // sweep a while (as above)
+                for _ in 0..SWEEPS_WHILE_LENT {
+                    rl.reclaim_exited();
+                    if dropped.lock().unwrap().contains(&serial) {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+                assert!(
+                    !dropped.lock().unwrap().contains(&serial),
+                    "the instance lent to `with`'s f was dropped by a sweep inside f"
+                );
+                assert_eq!(v.check(), serial);
+                serial
             },
         )
     });
+    drop(rl);
+    assert!(
+        dropped.lock().unwrap().contains(&read),
+        "the value read was not this RankLocal's"
+    );
 }
 
 // Plain `&T`s racing sweeps. Found in review 4 (adversarial), which raced `get`'s slow path
