@@ -21,10 +21,11 @@
 //! no destructor and stays usable while the thread exits.
 
 use core::cell::Cell;
+use core::num::NonZeroU64;
 use core::ptr::NonNull;
 
 use crate::erased::Erased;
-use crate::primitive::tls;
+use crate::primitive::{tls, AtomicU64, Ordering};
 
 /// Number of sets per thread (a power of two). Consecutive ranks of one `RankLocal` go to
 /// consecutive sets, so a delegate cycling through 64 ranks of one `RankLocal` finds each in way
@@ -45,13 +46,87 @@ struct Entry {
     ptr: *const (),
 }
 
+/// A `RankLocal`'s key in the cache. Never 0, the uid an empty entry holds, so no lookup matches
+/// an empty entry: built only from a non-zero number ([`Uid::fresh`], or read back from an
+/// [`AtomicUid`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Uid(NonZeroU64);
+
+impl Uid {
+    /// `raw` as a uid to hand out: `None` for 0 (no uid) and for [`NO_UID`] (taken).
+    #[inline]
+    pub(crate) fn fresh(raw: u64) -> Option<Uid> {
+        NonZeroU64::new(raw).map(Uid).filter(|&u| u != NO_UID)
+    }
+
+    /// The number.
+    #[inline]
+    pub(crate) const fn get(self) -> u64 {
+        self.0.get()
+    }
+}
+
 /// The uid of a `RankLocal` that has none yet: no entry is ever stored under it, so lookups with
-/// it miss. Not 0, so that no lookup ever matches an empty entry (I4).
-pub(crate) const NO_UID: u64 = u64::MAX;
+/// it miss.
+pub(crate) const NO_UID: Uid = Uid(NonZeroU64::MAX);
+
+/// An atomic [`Uid`] (a `RankLocal`'s uid). It holds nothing but `Uid`s — its number is private to
+/// this module, and `new`, `store` and `compare_exchange` take a `Uid` — so a load is a `Uid`
+/// without a check: the owner's hit path loads it with no test for 0.
+pub(crate) struct AtomicUid(AtomicU64);
+
+impl AtomicUid {
+    /// A cell holding `uid` (`const` except under loom, whose atomics are not).
+    #[cfg(not(loom))]
+    pub(crate) const fn new(uid: Uid) -> Self {
+        AtomicUid(AtomicU64::new(uid.get()))
+    }
+
+    /// A cell holding `uid`.
+    #[cfg(loom)]
+    pub(crate) fn new(uid: Uid) -> Self {
+        AtomicUid(AtomicU64::new(uid.get()))
+    }
+
+    /// The uid held, as `AtomicU64::load` with `order` (the caller says why that order).
+    #[inline]
+    pub(crate) fn load(&self, order: Ordering) -> Uid {
+        Self::held(self.0.load(order))
+    }
+
+    /// A number read from the cell, as the `Uid` it was stored from.
+    #[inline(always)]
+    fn held(raw: u64) -> Uid {
+        // SAFETY: every number in the cell came from a `Uid` (this module's `new`, `store` and
+        // `compare_exchange` are its only writers), and a `Uid` is not 0.
+        Uid(unsafe { NonZeroU64::new_unchecked(raw) })
+    }
+
+    /// Stores `uid`, as `AtomicU64::store` with `order` (the caller says why that order).
+    #[inline]
+    pub(crate) fn store(&self, uid: Uid, order: Ordering) {
+        self.0.store(uid.get(), order);
+    }
+
+    /// As `AtomicU64::compare_exchange` with these orders (the caller says why those orders).
+    #[inline]
+    pub(crate) fn compare_exchange(
+        &self,
+        current: Uid,
+        new: Uid,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<Uid, Uid> {
+        self.0
+            .compare_exchange(current.get(), new.get(), success, failure)
+            .map(Self::held)
+            .map_err(Self::held)
+    }
+}
 
 /// An empty entry: all zero bytes, so the whole cache is zero-initialized — it lives in `.tbss`,
 /// and a thread that never uses the crate pays no copy of an 8 KiB initializer at its start.
-/// It never answers a lookup: no lookup uses uid 0 ([`lookup`]'s contract).
+/// It never answers a lookup: a lookup's uid is a [`Uid`], never 0.
 const EMPTY: Entry = Entry {
     uid: 0,
     rank: 0,
@@ -67,18 +142,15 @@ tls! {
 /// The set for `(uid, rank)`: ranks are spread by a per-`RankLocal` offset, the low bits of its
 /// uid, so consecutive ranks of one `RankLocal` go to distinct sets.
 #[inline]
-pub(crate) fn set_index(uid: u64, rank: u64) -> usize {
-    (rank ^ uid) as usize & (SETS - 1)
+pub(crate) fn set_index(uid: Uid, rank: u64) -> usize {
+    (rank ^ uid.get()) as usize & (SETS - 1)
 }
 
 /// The cached pointer for `(uid, rank)`, if this thread has one: way 0 of its set (the most
 /// recently filled entry) first, then the older ways. Misses when `rank` is 0 (the thread has no
 /// id yet) or `uid` is [`NO_UID`]. A hit writes nothing.
-///
-/// # Safety
-/// `uid` is not 0: a `RankLocal`'s uid never is (it is [`NO_UID`] until one is drawn, I4).
 #[inline]
-pub(crate) unsafe fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
+pub(crate) fn lookup(uid: Uid, rank: u64) -> Option<NonNull<()>> {
     // The closure returns a raw pointer, not the `Entry`: `with`'s result then has no niche in a
     // loaded value, and the compiler folds its "destroyed?" check away (this TLS has no
     // destructor), which it cannot do for a loaded `NonNull`.
@@ -94,30 +166,26 @@ pub(crate) unsafe fn lookup(uid: u64, rank: u64) -> Option<NonNull<()>> {
         // `way0.get().ptr`.
         let ptr = unsafe { core::ptr::addr_of!((*way0.as_ptr()).ptr).read_volatile() };
         let e = way0.get();
-        if e.uid == uid && e.rank == rank {
-            // SAFETY: `uid` is not 0 (the caller's contract) and only empty entries hold uid 0,
-            // so this entry was stored, with a non-null pointer. Said here so the hit path has
-            // no null test (I4, I23).
+        if e.uid == uid.get() && e.rank == rank {
+            // SAFETY: a `Uid` is not 0 and only empty entries hold uid 0, so this entry was
+            // stored, with a non-null pointer (`store` takes an `Erased`). Said here so the hit
+            // path has no null test.
             unsafe { core::hint::assert_unchecked(!ptr.is_null()) };
             return ptr.cast_mut();
         }
-        // SAFETY: the caller's contract: `uid` is not 0 (I4).
-        unsafe { older(&c[set_index(uid, rank)], uid, rank) }
+        older(&c[set_index(uid, rank)], uid, rank)
     }))
 }
 
 /// Ways `1..WAYS` of `set`, probed after way 0 missed. Inline: a call here would make the hit path
 /// save registers for the slow path's call; a hit in way 1 costs a few instructions more than one
 /// in way 0.
-///
-/// # Safety
-/// As for [`lookup`]: `uid` is not 0.
 #[inline(always)]
-unsafe fn older(set: &Set, uid: u64, rank: u64) -> *mut () {
+fn older(set: &Set, uid: Uid, rank: u64) -> *mut () {
     for way in &set[1..] {
         let e = way.get();
-        if e.uid == uid && e.rank == rank {
-            // SAFETY: as in `lookup`: `uid` is not 0, so this entry was stored (I4, I23).
+        if e.uid == uid.get() && e.rank == rank {
+            // SAFETY: as in `lookup`: a `Uid` is not 0, so this entry was stored.
             unsafe { core::hint::assert_unchecked(!e.ptr.is_null()) };
             return e.ptr.cast_mut();
         }
@@ -129,15 +197,15 @@ unsafe fn older(set: &Set, uid: u64, rank: u64) -> *mut () {
 /// entries one way down and dropping the oldest. Called only after `lookup` missed, so the key is
 /// not in the set already.
 #[inline]
-pub(crate) fn store(uid: u64, rank: u64, ptr: Erased) {
-    debug_assert!(uid != 0 && uid != NO_UID && rank != 0);
+pub(crate) fn store(uid: Uid, rank: u64, ptr: Erased) {
+    debug_assert!(uid != NO_UID && rank != 0);
     CACHE.with(|c| {
         let set = &c[set_index(uid, rank)];
         for w in (1..WAYS).rev() {
             set[w].set(set[w - 1].get());
         }
         set[0].set(Entry {
-            uid,
+            uid: uid.get(),
             rank,
             ptr: ptr.as_ptr::<()>().as_ptr(),
         });
@@ -187,10 +255,10 @@ mod tests {
     /// are skipped), so they are unique and never reused (I4).
     fn colliding(k: usize) -> Vec<RankLocal<u64>> {
         let rank = identity::current_raw();
-        let mut classes: Vec<Vec<u64>> = vec![Vec::new(); 64];
+        let mut classes: Vec<Vec<Uid>> = vec![Vec::new(); 64];
         loop {
             let uid = fresh_uid();
-            let old_index = ((rank ^ uid) & 63) as usize;
+            let old_index = ((rank ^ uid.get()) & 63) as usize;
             let class = &mut classes[old_index];
             class.push(uid);
             if class.len() == k {

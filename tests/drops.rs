@@ -12,8 +12,7 @@ use std::task::{Context, Waker};
 use std::thread;
 
 use common::{
-    count_defaults_in, counter, exited_thread_rank, patiently, touch_scoped, Bomb, Counted,
-    DropsAs, YieldOnce,
+    counter, exited_thread_rank, patiently, touch_scoped, Bomb, Counted, DropsAs, YieldOnce,
 };
 use ranklocal::{on_behalf_of, Backend, OnBehalfExt, Rank, RankId, RankLocal};
 
@@ -213,11 +212,15 @@ fn into_iter_keeps_dropping_after_a_panic<B: Backend>() {
 /// attacked scoped access; withstood.
 fn a_panicking_drop_in_a_sweep_and_a_panic_in_f_leak_nothing<B: Backend>() {
     let drops = counter();
-    count_defaults_in(drops);
     let rl = RankLocal::<Bomb<'_>, B>::new();
     let ranks: Vec<Rank> = (0..4).map(|_| Rank::new()).collect();
     for (i, r) in ranks.iter().enumerate() {
-        on_behalf_of(r.id(), || rl.with(|v| v.armed.store(i == 1, SeqCst)));
+        on_behalf_of(r.id(), || {
+            rl.with_or(
+                || Bomb::new(drops, false),
+                |v| v.armed.store(i == 1, SeqCst),
+            )
+        });
     }
     let id3 = ranks[3].id();
     drop(ranks);

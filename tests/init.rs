@@ -10,9 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Barrier};
 use std::thread;
-use std::time::Duration;
 
-use common::{addr, parked_rank, within_deadline, Counted};
+use common::{addr, bytes_of, parked_rank, patiently, within_deadline, Blocked, Counted};
 use ranklocal::{on_behalf_of, Backend, Rank, RankLocal};
 
 common::backend_tests! {
@@ -21,8 +20,10 @@ common::backend_tests! {
     s4_failing_get_or_try_inserts_nothing,
     s4_reentrant_init_panics_with_a_clear_message,
     s5_a_slow_init_delays_no_reader_and_no_other_writer,
+    #[cfg_attr(any(miri, not(target_os = "linux")), ignore = "sees a waiting thread in Linux's /proc")]
     s5_a_second_asker_waits_for_the_running_init,
     s5_panicking_and_failing_inits_wake_every_waiter,
+    #[cfg_attr(any(miri, not(target_os = "linux")), ignore = "sees a waiting thread in Linux's /proc")]
     a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance,
 }
 
@@ -131,6 +132,14 @@ fn s5_a_slow_init_delays_no_reader_and_no_other_writer<B: Backend>() {
     ha.join().unwrap();
 }
 
+/// A second asker of a rank whose `init` is running waits for it and gets its value.
+///
+/// The second asker is let go only once it is seen waiting: blocked (Linux's `/proc`) on a futex
+/// inside the `RankLocal` — its writer lock or its `claim_ended` condvar, both held inline — while
+/// no thread holds that lock (the first asker runs its `init` without it, and nothing else touches
+/// this `RankLocal`). So it waits on the condvar, for the claim: the state the test needs, which
+/// no result of the API shows. (Before, a 20 ms sleep stood for it: a late second asker found the
+/// value published and the test showed nothing.)
 fn s5_a_second_asker_waits_for_the_running_init<B: Backend>() {
     let rl: &'static RankLocal<u32, B> = Box::leak(Box::new(RankLocal::new()));
     let (rank, rel, h) = parked_rank();
@@ -146,8 +155,18 @@ fn s5_a_second_asker_waits_for_the_running_init<B: Backend>() {
         })
     });
     in_init_rx.recv().unwrap();
-    let second = thread::spawn(move || *on_behalf_of(rank, || rl.get_or(|| 20)));
-    thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 20 }));
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    let second = thread::spawn(move || {
+        blocked_tx.send(Blocked::this_thread()).unwrap();
+        *on_behalf_of(rank, || rl.get_or(|| 20))
+    });
+    let blocked = blocked_rx.recv().unwrap();
+    // a second asker that ran its own init finishes instead (then the assertion below fails)
+    let waits = || blocked.in_futex_wait_within(bytes_of(rl)) || second.is_finished();
+    assert!(
+        patiently(waits, || ()),
+        "the second asker neither waited nor returned"
+    );
     finish_tx.send(()).unwrap();
     assert_eq!(first.join().unwrap(), 10);
     // within a deadline: a waiter nobody wakes would hang the test, not fail it
@@ -233,6 +252,11 @@ fn s5_panicking_and_failing_inits_wake_every_waiter<B: Backend>() {
 /// marks it escaped: the `&T` it returns is kept through the rank's exit and any sweep.
 ///
 /// Found by mutation testing: with the escape mark skipped on this path, no test failed.
+///
+/// The plain `get` is seen waiting for the claim before the first touch may end: as in
+/// `s5_a_second_asker_waits_for_the_running_init`, blocked on a futex inside the `RankLocal` while
+/// no thread holds its writer lock. (Before, a 20 ms sleep stood for it: a late `get` took the
+/// lookup path instead, which escapes too, and the test showed nothing.)
 fn a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance<B: Backend>() {
     let rl: &'static RankLocal<Counted<'static>, B> = common::leak(RankLocal::new());
     let drops = common::counter();
@@ -249,10 +273,21 @@ fn a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance<B: Backend>() 
         on_behalf_of(id, || rl.with_or(init, |_| ()));
     });
     in_init_rx.recv().unwrap(); // the scoped first touch holds the claim
-    let plain = thread::spawn(move || on_behalf_of(id, || addr(rl.get_or(|| Counted::new(drops)))));
-    // let the plain `get` reach the claim and wait on it (if it is late, it takes the lookup
-    // path instead, which escapes too, and the test shows nothing)
-    thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 20 }));
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    let plain = thread::spawn(move || {
+        blocked_tx.send(Blocked::this_thread()).unwrap();
+        on_behalf_of(id, || addr(rl.get_or(|| Counted::new(drops))))
+    });
+    let blocked = blocked_rx.recv().unwrap();
+    let waits = || blocked.in_futex_wait_within(bytes_of(rl)) || plain.is_finished();
+    assert!(
+        patiently(waits, || ()),
+        "the plain get neither waited nor returned"
+    );
+    assert!(
+        !plain.is_finished(),
+        "the plain get did not wait for the claim"
+    );
     finish_tx.send(()).unwrap();
     scoped.join().unwrap();
     let got = within_deadline(move || plain.join().unwrap());
@@ -263,5 +298,8 @@ fn a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance<B: Backend>() 
         "the instance a plain get handed out was reclaimed"
     );
     assert_eq!(drops.load(Ordering::SeqCst), 0);
-    assert_eq!(got, addr(on_behalf_of(id, || rl.get())));
+    assert_eq!(
+        got,
+        addr(on_behalf_of(id, || rl.get_or(|| Counted::new(drops))))
+    );
 }

@@ -1,6 +1,9 @@
 //! The design paper's invariants and the code's `// SAFETY:` comments cite each other: every
 //! invariant papers/design.md §4 states is cited by at least one `// SAFETY:` comment, and every
 //! invariant a `// SAFETY:` comment cites is stated there (the one place they are stated).
+//!
+//! A `// SAFETY:` comment gives its local reason first and an invariant number only where the
+//! reason is not local (it rests on what other code does), so a comment may cite none.
 
 mod common;
 
@@ -17,12 +20,13 @@ fn invariant_names(text: &str, prefix: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// Every `I<n>` cited in a `// SAFETY:` comment (the comment runs over the following `//` lines).
-fn cited_in(dir: &Path, out: &mut BTreeSet<String>, blocks: &mut usize) {
+/// Every `I<n>` cited in a `// SAFETY:` comment (the comment runs over the following `//` lines);
+/// counts the comments in `blocks`, and those that cite a number in `citing`.
+fn cited_in(dir: &Path, out: &mut BTreeSet<String>, blocks: &mut usize, citing: &mut usize) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            cited_in(&path, out, blocks);
+            cited_in(&path, out, blocks, citing);
             continue;
         }
         if path.extension().is_none_or(|e| e != "rs") {
@@ -40,11 +44,7 @@ fn cited_in(dir: &Path, out: &mut BTreeSet<String>, blocks: &mut usize) {
                     i += 1;
                 }
                 let names = invariant_names(&block, "I");
-                assert!(
-                    !names.is_empty(),
-                    "{}: a `// SAFETY:` comment cites no invariant: {block}",
-                    path.display()
-                );
+                *citing += usize::from(!names.is_empty());
                 out.extend(names);
                 *blocks += 1;
             } else {
@@ -62,12 +62,20 @@ fn every_invariant_is_cited_and_every_citation_is_stated() {
     let stated = invariant_names(&paper, "* **I");
     assert!(stated.len() >= 8, "the paper states {stated:?}");
 
-    let mut cited = BTreeSet::new();
-    let mut blocks = 0;
-    cited_in(&root.join("src"), &mut cited, &mut blocks);
-    assert!(blocks >= 10, "only {blocks} `// SAFETY:` comments found");
-    assert_eq!(
-        stated, cited,
-        "invariants stated (left) vs cited by `// SAFETY:` comments (right)"
+    let (mut cited, mut blocks, mut citing) = (BTreeSet::new(), 0, 0);
+    cited_in(&root.join("src"), &mut cited, &mut blocks, &mut citing);
+    assert!(
+        blocks >= 10 && citing >= 10,
+        "only {blocks} `// SAFETY:` comments found, {citing} citing an invariant"
+    );
+    let unstated: Vec<_> = cited.difference(&stated).collect();
+    assert!(
+        unstated.is_empty(),
+        "`// SAFETY:` comments cite invariants design.md §4 does not state: {unstated:?}"
+    );
+    let uncited: Vec<_> = stated.difference(&cited).collect();
+    assert!(
+        uncited.is_empty(),
+        "invariants design.md §4 states that no `// SAFETY:` comment cites: {uncited:?}"
     );
 }

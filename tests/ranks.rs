@@ -9,10 +9,9 @@ mod common;
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::task::Poll;
 use std::thread;
-use std::time::Duration;
 
 use common::{addr, block_on, parked_rank, poll_on_a_new_thread, YieldOnce};
 use ranklocal::{on_behalf_of, Backend, OnBehalfExt, Rank, RankId, RankLocal};
@@ -206,7 +205,8 @@ fn in_current_rank_takes_the_rank_current_when_called<B: Backend>() {
 }
 
 /// Tasks wrapped with `on_behalf_of` on a multi-threaded tokio runtime: every poll runs as the
-/// rank, on whichever worker polls it, and reaches the rank's instance.
+/// rank, on whichever worker polls it, and reaches the rank's instance. One task per rank is
+/// moved between workers for certain (see [`moved_task`]); 32 more run alongside each other.
 fn async_every_poll_runs_as_the_rank<B: Backend>() {
     let rl: &'static RankLocal<AtomicUsize, B> = Box::leak(Box::new(RankLocal::new()));
     let owners: Vec<(RankId, mpsc::Sender<()>, thread::JoinHandle<()>)> =
@@ -216,20 +216,29 @@ fn async_every_poll_runs_as_the_rank<B: Backend>() {
         .enable_all()
         .build()
         .unwrap();
-    let polled_on = Arc::new(Mutex::new(HashSet::new()));
     rt.block_on(async {
+        // one at a time: each blocks a worker until another worker has polled it
+        for (rank, _, _) in &owners {
+            let polls = tokio::spawn(moved_task(rl, *rank)).await.unwrap();
+            for (current, worker, instance) in polls {
+                assert_eq!(current, *rank, "a poll did not run as the rank");
+                assert_ne!(worker, *rank);
+                assert_eq!(instance, addr(rl.get_for(*rank).unwrap()));
+            }
+            let [first, second] = polls;
+            assert_ne!(
+                first.1, second.1,
+                "the task's second poll ran on the worker that is blocked"
+            );
+        }
         let mut tasks = Vec::new();
         for (i, (rank, _, _)) in owners.iter().enumerate().cycle().take(32) {
-            let (rank, polled_on) = (*rank, polled_on.clone());
+            let rank = *rank;
             tasks.push(tokio::spawn(
                 async move {
-                    // Block this worker a moment on the first poll, so the other workers take
-                    // the queued tasks: the tasks are then polled on several threads.
-                    std::thread::sleep(Duration::from_millis(1));
                     for _ in 0..20 {
                         assert_eq!(RankId::current(), rank);
                         assert_ne!(RankId::this_thread(), rank);
-                        polled_on.lock().unwrap().insert(RankId::this_thread());
                         rl.get().fetch_add(1, Ordering::Relaxed);
                         tokio::task::yield_now().await;
                     }
@@ -243,7 +252,10 @@ fn async_every_poll_runs_as_the_rank<B: Backend>() {
         }
     });
     for (rank, rel, h) in owners {
-        assert_eq!(rl.get_for(rank).unwrap().load(Ordering::Relaxed), 8 * 20);
+        assert_eq!(
+            rl.get_for(rank).unwrap().load(Ordering::Relaxed),
+            2 + 8 * 20
+        );
         drop(rel);
         h.join().unwrap();
     }
@@ -252,10 +264,44 @@ fn async_every_poll_runs_as_the_rank<B: Backend>() {
         4,
         "a worker thread created an instance of its own"
     );
-    assert!(
-        polled_on.lock().unwrap().len() > 1,
-        "tasks never moved between workers"
-    );
+}
+
+/// A task wrapped with `on_behalf_of(rank)` that tokio polls twice, on two different workers for
+/// certain: each poll returns the current rank, the worker's own rank and the address of the
+/// rank's instance (counting one use in it).
+///
+/// The move is forced, not hoped for (tokio 1's multi-thread scheduler): on its first poll, on
+/// worker X, the task spawns a blocker, which goes to X's LIFO slot (only X polls it; other
+/// workers cannot steal it), then wakes itself and returns `Pending` ([`YieldOnce`]): a task
+/// woken during its own poll is put at the back of X's run queue, and an idle worker is woken to
+/// steal from it. Right after the task's poll X polls its LIFO slot, the blocker, which blocks X
+/// until the task's second poll has run: that poll can only be made by another worker. Should
+/// tokio ever not move the task, the blocker gives up after [`common::DEADLOCK`] and the second
+/// poll runs on X: the caller's assertion that the workers differ fails (no worker is blocked
+/// for good; callers run these tasks one at a time, so other workers are free to steal).
+/// (`tokio::task::yield_now` would not do: it defers the wake-up until X parks.)
+async fn moved_task<B: Backend>(
+    rl: &'static RankLocal<AtomicUsize, B>,
+    rank: RankId,
+) -> [(RankId, RankId, usize); 2] {
+    let poll = || {
+        let v = rl.get();
+        v.fetch_add(1, Ordering::Relaxed);
+        (RankId::current(), RankId::this_thread(), addr(v))
+    };
+    async move {
+        let first = poll();
+        let (second_tx, second_rx) = mpsc::channel::<()>();
+        tokio::spawn(async move {
+            let _ = second_rx.recv_timeout(common::DEADLOCK);
+        });
+        YieldOnce(false).await;
+        let second = poll();
+        let _ = second_tx.send(());
+        [first, second]
+    }
+    .on_behalf_of(rank)
+    .await
 }
 
 /// The same, deterministically: one `on_behalf_of` future polled first on one thread, then on

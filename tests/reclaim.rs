@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, Ordering::
 use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::thread;
 
-use common::{count_defaults_in, panic_message, Bomb, Counted};
+use common::{panic_message, Blocked, Bomb, Counted};
 use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 /// Records, for each drop, the rank it ran as and the rank the value belonged to.
@@ -168,8 +168,10 @@ fn a_swept_values_drop_panic_surfaces_at_an_explicit_call<B: Backend>() {
     let ranks: Vec<Rank> = (0..40).map(|_| Rank::new()).collect();
     for (i, r) in ranks.iter().enumerate() {
         on_behalf_of(r.id(), || {
-            count_defaults_in(drops);
-            rl.with(|b| b.armed.store(i == 3, Ordering::SeqCst));
+            rl.with_or(
+                || Bomb::new(drops, false),
+                |b| b.armed.store(i == 3, Ordering::SeqCst),
+            );
         });
     }
     drop(ranks);
@@ -181,12 +183,10 @@ fn a_swept_values_drop_panic_surfaces_at_an_explicit_call<B: Backend>() {
             || {
                 let r = Rank::new();
                 on_behalf_of(r.id(), || {
-                    count_defaults_in(others);
-                    rl.with(|_| ());
+                    rl.with_or(|| Bomb::new(others, false), |_| ());
                 });
                 on_behalf_of(unrelated.id(), || {
-                    count_defaults_in(others);
-                    rl.with(|_| ());
+                    rl.with_or(|| Bomb::new(others, false), |_| ());
                 });
                 drop(r);
             },
@@ -302,6 +302,7 @@ common::backend_tests! {
     what_a_delegates_with_sweeps_is_dropped_after_its_pin_ends,
     debug_survives_a_fmt_that_writes_and_sweeps_the_same_map,
     blocking_reclaim_does_not_wait_for_a_first_touchs_closure,
+    #[cfg_attr(any(miri, not(target_os = "linux")), ignore = "sees a waiting thread in Linux's /proc")]
     a_nested_free_keeps_the_outer_batch_waited_for,
     clear_purge_and_drop_free_the_batches_still_waiting,
     a_first_touch_inside_a_read_drops_nothing,
@@ -878,11 +879,13 @@ fn blocking_reclaim_does_not_wait_for_a_first_touchs_closure<B: Backend>() {
         let (t_done_tx, t_done_rx) = mpsc::channel::<()>();
         let u = thread::spawn(move || {
             let touch = || {
-                common::count_defaults_in(drops);
-                rl.with(|_| {
-                    in_f_tx.send(()).unwrap();
-                    t_done_rx.recv_timeout(common::DEADLOCK).is_ok()
-                })
+                rl.with_or(
+                    || Counted::new(drops),
+                    |_| {
+                        in_f_tx.send(()).unwrap();
+                        t_done_rx.recv_timeout(common::DEADLOCK).is_ok()
+                    },
+                )
             };
             if delegate {
                 on_behalf_of(Rank::new().id(), touch)
@@ -920,6 +923,10 @@ struct Nest {
     /// Outer values dropped so far.
     outer_dropped: AtomicUsize,
     other_returned: AtomicBool,
+    /// The other thread, to see it wait.
+    other: Mutex<Option<Blocked>>,
+    /// Set by the nesting drop once it saw the other thread's call wait or return.
+    other_seen: AtomicBool,
 }
 
 struct Nests<B: Backend> {
@@ -941,12 +948,22 @@ impl<B: Backend> Drop for Nests<B> {
             if let Some(tx) = self.nest.start_other.lock().unwrap().take() {
                 tx.send(()).unwrap();
             }
-            // give it time to return early, if it can (it cannot: the wait is never cut short
-            // when the code is right, so this costs its full length)
-            let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
-            while !self.nest.other_returned.load(SeqCst) && std::time::Instant::now() < until {
-                thread::sleep(std::time::Duration::from_millis(1));
-            }
+            // Let the rest of batch 0 be dropped only once the other thread's call either
+            // returned (early: the bug) or is seen sleeping in its wait loop's backoff, the only
+            // sleep on its path: it found a batch it must wait for (when the code is right,
+            // batch 0's rest). Either shows within the bound; `other_seen` says which did not.
+            let other = self
+                .nest
+                .other
+                .lock()
+                .unwrap()
+                .take()
+                .expect("the other thread");
+            let seen = common::patiently(
+                || self.nest.other_returned.load(SeqCst) || other.in_sleep(),
+                || (),
+            );
+            self.nest.other_seen.store(seen, SeqCst);
         }
         self.nest.outer_dropped.fetch_add(1, SeqCst);
     }
@@ -961,6 +978,10 @@ impl<B: Backend> Drop for Nests<B> {
 /// bookkeeping dropping every batch its thread was freeing (`t != me || ..` → `&&`) instead of
 /// only the ones it freed, no test failed; this one does (the other thread returns while the
 /// first value's drop is still running, with the rest of the outer batch not dropped).
+///
+/// The first value's drop goes on only once the other thread's call returned or is seen (Linux's
+/// `/proc`) sleeping in its wait loop, so the test costs no fixed window (before: 300 ms, every
+/// run, to give a buggy call time to return).
 fn a_nested_free_keeps_the_outer_batch_waited_for<B: Backend>() {
     let rl: &'static RankLocal<Nests<B>, B> = common::leak(RankLocal::new());
     let nest: &'static Nest = common::leak(Nest {
@@ -969,6 +990,8 @@ fn a_nested_free_keeps_the_outer_batch_waited_for<B: Backend>() {
         start_other: Mutex::new(None),
         outer_dropped: AtomicUsize::new(0),
         other_returned: AtomicBool::new(false),
+        other: Mutex::new(None),
+        other_seen: AtomicBool::new(false),
     });
     let n = if cfg!(miri) { 3 } else { 8 };
     let outer: Vec<Rank> = (0..n).map(|_| Rank::new()).collect();
@@ -998,16 +1021,23 @@ fn a_nested_free_keeps_the_outer_batch_waited_for<B: Backend>() {
     *nest.nested.lock().unwrap() = Some(nested);
     let (tx, rx) = mpsc::channel();
     *nest.start_other.lock().unwrap() = Some(tx);
+    let (blocked_tx, blocked_rx) = mpsc::channel();
     let other = thread::spawn(move || {
+        blocked_tx.send(Blocked::this_thread()).unwrap();
         rx.recv().unwrap();
         rl.reclaim_exited_blocking();
         let seen = nest.outer_dropped.load(SeqCst);
         nest.other_returned.store(true, SeqCst);
         seen
     });
+    *nest.other.lock().unwrap() = Some(blocked_rx.recv().unwrap());
     drop(outer); // the outer ranks exit
     common::within_deadline(move || rl.reclaim_exited_blocking()); // frees batch 0
     let seen = other.join().unwrap();
+    assert!(
+        nest.other_seen.load(SeqCst),
+        "the other thread's reclaim_exited_blocking neither waited nor returned"
+    );
     assert_eq!(
         seen, n,
         "a reclaim_exited_blocking on another thread returned with {seen} of the {n} values of a \

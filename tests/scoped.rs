@@ -52,7 +52,9 @@ fn with_after_get_keeps_it<B: Backend>() {
     let p = on_behalf_of(id, || {
         rl.get_or(|| Counted::new(drops)) as *const Counted<'_>
     });
-    on_behalf_of(id, || rl.with(|v| assert!(std::ptr::eq(v, p))));
+    on_behalf_of(id, || {
+        rl.with_or(|| Counted::new(drops), |v| assert!(std::ptr::eq(v, p)))
+    });
     drop(job);
     assert_eq!(rl.reclaim_exited(), 0);
     assert_eq!(rl.len(), 1);
@@ -140,7 +142,7 @@ fn a_panic_inside_f_leaks_nothing<B: Backend>() {
         let r = catch_unwind(AssertUnwindSafe(|| rl.with_for(id, |_| panic!("in f"))));
         assert!(r.is_err());
         let r = catch_unwind(AssertUnwindSafe(|| {
-            on_behalf_of(id, || rl.with(|_| panic!("f")))
+            on_behalf_of(id, || rl.with_or(|| Counted::new(drops), |_| panic!("f")))
         }));
         assert!(r.is_err());
     }
@@ -161,8 +163,8 @@ fn a_plain_lookup_after_scoped_ones_escapes<B: Backend>() {
     let owner = thread::scope(|s| {
         s.spawn(|| {
             touch_scoped(&rl, drops);
-            rl.with(|v| assert_eq!(v.value(), 0)); // an owner-entry hit
-            let _kept: &Counted<'_> = rl.get(); // must escape, not hit the owner entry
+            rl.with_or(|| Counted::new(drops), |v| assert_eq!(v.value(), 0)); // an owner-entry hit
+            let _kept: &Counted<'_> = rl.get_or(|| Counted::new(drops)); // must escape, not hit the owner entry
             RankId::current()
         })
         .join()

@@ -14,8 +14,7 @@ use std::sync::{mpsc, Mutex};
 use std::thread;
 
 use common::{
-    count_defaults_in, counter, exit_ranks, leak, patiently, reclaim_until, touch_scoped, Counted,
-    SWEEPS_WHILE_LENT,
+    counter, exit_ranks, leak, patiently, reclaim_until, touch_scoped, Counted, SWEEPS_WHILE_LENT,
 };
 use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
@@ -222,22 +221,27 @@ fn a_delegates_cache_never_returns_a_reclaimed_instance<B: Backend>() {
 /// Found in review 3 (adversarial), an attack the implementation withstood.
 fn a_rank_dropped_inside_its_own_with_then_swept<B: Backend>() {
     let drops = counter();
-    count_defaults_in(drops);
     let rl = RankLocal::<Counted<'_>, B>::new();
     let rank = Rank::new();
     let id = rank.id();
-    on_behalf_of(id, || rl.with(|v| assert_eq!(v.value(), 0))); // created while live
+    // created while live
+    on_behalf_of(id, || {
+        rl.with_or(|| Counted::new(drops), |v| assert_eq!(v.value(), 0))
+    });
     let mut rank = Some(rank);
     on_behalf_of(id, || {
-        rl.with(|v| {
-            drop(rank.take());
-            for _ in 0..10 {
-                rl.reclaim_exited();
-            }
-            assert_eq!(rl.len(), 0, "unpublished");
-            assert_eq!(drops.load(SeqCst), 0, "dropped while lent to f");
-            assert_eq!(v.value(), 0);
-        })
+        rl.with_or(
+            || Counted::new(drops),
+            |v| {
+                drop(rank.take());
+                for _ in 0..10 {
+                    rl.reclaim_exited();
+                }
+                assert_eq!(rl.len(), 0, "unpublished");
+                assert_eq!(drops.load(SeqCst), 0, "dropped while lent to f");
+                assert_eq!(v.value(), 0);
+            },
+        )
     });
     reclaim_until(&rl, drops, 1);
     assert_eq!(drops.load(SeqCst), 1);
@@ -249,18 +253,18 @@ fn a_rank_dropped_inside_its_own_with_then_swept<B: Backend>() {
 /// Found in review 3 (adversarial), an attack the implementation withstood.
 fn a_first_touch_inside_for_each_sweeps_but_the_outer_borrow_survives<B: Backend>() {
     let drops = counter();
-    count_defaults_in(drops);
     let rl = RankLocal::<Counted<'_>, B>::new();
     let dead = Rank::new();
     let dead_id = dead.id();
-    on_behalf_of(dead_id, || rl.with(|_| ()));
+    on_behalf_of(dead_id, || rl.with_or(|| Counted::new(drops), |_| ()));
     drop(dead);
     exit_ranks(40); // make the amortized sweep due
     let fresh = Rank::new();
     let mut seen = 0;
     rl.for_each(|rank, v| {
         assert_eq!(rank, dead_id);
-        on_behalf_of(fresh.id(), || rl.with(|_| ())); // first touch: sweeps `dead`'s
+        // first touch: sweeps `dead`'s
+        on_behalf_of(fresh.id(), || rl.with_or(|| Counted::new(drops), |_| ()));
         for _ in 0..10 {
             rl.reclaim_exited();
         }
@@ -277,11 +281,10 @@ fn a_first_touch_inside_for_each_sweeps_but_the_outer_borrow_survives<B: Backend
 /// Found in review 3 (adversarial), an attack the implementation withstood.
 fn with_for_of_an_exited_rank_survives_a_sweep_inside_f<B: Backend>() {
     let drops = counter();
-    count_defaults_in(drops);
     let rl = RankLocal::<Counted<'_>, B>::new();
     let dead = Rank::new();
     let id = dead.id();
-    on_behalf_of(id, || rl.with(|_| ()));
+    on_behalf_of(id, || rl.with_or(|| Counted::new(drops), |_| ()));
     drop(dead);
     let r = rl.with_for(id, |v| {
         rl.reclaim_exited();
@@ -299,11 +302,10 @@ fn with_for_of_an_exited_rank_survives_a_sweep_inside_f<B: Backend>() {
 /// Found in review 3 (adversarial), an attack the implementation withstood.
 fn get_for_escapes_before_a_sweep<B: Backend>() {
     let drops = counter();
-    count_defaults_in(drops);
     let rl = RankLocal::<Counted<'_>, B>::new();
     let dead = Rank::new();
     let id = dead.id();
-    on_behalf_of(id, || rl.with(|_| ()));
+    on_behalf_of(id, || rl.with_or(|| Counted::new(drops), |_| ()));
     drop(dead);
     let v = rl.get_for(id).unwrap();
     for _ in 0..20 {
@@ -405,47 +407,73 @@ fn exited_rank_with_a_sweep_due() -> RankId {
 /// before the fix.
 fn a_scoped_first_touch_of_an_exited_rank_outlives_f<B: Backend>() {
     let drops = counter();
-    count_defaults_in(drops);
     let rl = RankLocal::<Counted<'_>, B>::new();
     let dead = exited_rank_with_a_sweep_due();
     let before = drops.load(SeqCst);
     on_behalf_of(dead, || {
-        rl.with(|_v| {
-            // any sweep while `f` runs (here an explicit one; another thread's first touch does
-            // the same); other tests' pins may delay the grace period, so sweep a while
-            for _ in 0..SWEEPS_WHILE_LENT {
-                rl.reclaim_exited();
-                if drops.load(SeqCst) != before {
-                    break;
+        rl.with_or(
+            || Counted::new(drops),
+            |_v| {
+                // any sweep while `f` runs (here an explicit one; another thread's first touch does
+                // the same); other tests' pins may delay the grace period, so sweep a while
+                for _ in 0..SWEEPS_WHILE_LENT {
+                    rl.reclaim_exited();
+                    if drops.load(SeqCst) != before {
+                        break;
+                    }
+                    std::thread::yield_now();
                 }
-                std::thread::yield_now();
-            }
-            assert_eq!(
-                drops.load(SeqCst),
-                before,
-                "the instance lent to `with`'s f was dropped while f borrowed it"
-            );
-        })
+                assert_eq!(
+                    drops.load(SeqCst),
+                    before,
+                    "the instance lent to `with`'s f was dropped while f borrowed it"
+                );
+            },
+        )
     });
 }
 
 /// The same, reading the value lent to `f` after a sweep inside `f`: it must still be alive.
-/// Natively this only checks that nothing panics; under Miri a read of the freed value is the use
-/// after free that review 3 found (see above), reported as undefined behaviour.
+/// Natively a read of freed memory shows nothing, so the value is a [`Tracked`] (as in the races
+/// below): its drop records its serial, and the test fails on that record, before it reads the
+/// value, if a sweep inside `f` dropped it. The read then checks the canary, and under Miri a read
+/// of the freed value is the use after free that review 3 found (see above), reported as
+/// undefined behaviour.
 fn a_scoped_first_touch_of_an_exited_rank_is_readable_after_a_sweep_inside_f<B: Backend>() {
+    let dropped = leak(Mutex::new(HashSet::new()));
     let drops = counter();
-    count_defaults_in(drops);
-    let rl = RankLocal::<Counted<'_>, B>::new();
+    let rl = RankLocal::<Tracked, B>::new();
     let dead = exited_rank_with_a_sweep_due();
-    on_behalf_of(dead, || {
-        rl.with(|v| {
-            rl.reclaim_exited();
-            std::hint::black_box(v.value());
-        })
+    let read = on_behalf_of(dead, || {
+        rl.with_or(
+            || Tracked::new(dropped, drops),
+            |v| {
+                let serial = v.check(); // lent to `f`: alive here
+                                        // other tests' pins may delay the grace period that would expose a drop, so
+                                        // sweep a while (as above)
+                for _ in 0..SWEEPS_WHILE_LENT {
+                    rl.reclaim_exited();
+                    if dropped.lock().unwrap().contains(&serial) {
+                        break;
+                    }
+                    std::thread::yield_now();
+                }
+                assert!(
+                    !dropped.lock().unwrap().contains(&serial),
+                    "the instance lent to `with`'s f was dropped by a sweep inside f"
+                );
+                assert_eq!(v.check(), serial);
+                serial
+            },
+        )
     });
+    drop(rl);
+    assert!(
+        dropped.lock().unwrap().contains(&read),
+        "the value read was not this RankLocal's"
+    );
 }
 
-// ---------------------------------------------------------------------------------------------
 // Plain `&T`s racing sweeps. Found in review 4 (adversarial), which raced `get`'s slow path
 // (escaping inside `Backend::get_with`) and `iter`'s escape of its snapshot against sweeps of exited
 // ranks' scoped instances.

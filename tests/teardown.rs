@@ -18,8 +18,7 @@ use std::thread;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use common::{
-    backend_module, count_defaults_in, counter, exit_ranks, leak, panic_message, Counted, DEADLOCK,
-    SWEEPS_WHILE_LENT,
+    backend_module, counter, exit_ranks, leak, panic_message, Counted, DEADLOCK, SWEEPS_WHILE_LENT,
 };
 use ranklocal::{on_behalf_of, rank_local, Backend, Rank, RankId, RankLocal};
 
@@ -231,13 +230,14 @@ fn access_from_tls_destructors_after_the_exit_hook<B: Backend>() {
 
 /// What `Late` touches: a `'static` `RankLocal<Counted, B>` of any backend.
 trait Scoped: Sync {
-    fn with_dyn(&self, f: &mut dyn FnMut());
+    /// A scoped touch whose first touch counts its value's drops in `drops`.
+    fn with_dyn(&self, drops: &'static AtomicUsize, f: &mut dyn FnMut());
     fn reclaim_exited(&self);
 }
 
 impl<B: Backend> Scoped for RankLocal<Counted<'static>, B> {
-    fn with_dyn(&self, f: &mut dyn FnMut()) {
-        self.with(|_| f());
+    fn with_dyn(&self, drops: &'static AtomicUsize, f: &mut dyn FnMut()) {
+        self.with_or(|| Counted::new(drops), |_| f());
     }
     fn reclaim_exited(&self) {
         RankLocal::reclaim_exited(self);
@@ -258,7 +258,7 @@ struct Late {
 impl Drop for Late {
     fn drop(&mut self) {
         let (rl, drops, outcome) = (self.rl, self.drops, self.outcome);
-        rl.with_dyn(&mut || {
+        rl.with_dyn(drops, &mut || {
             let before = drops.load(SeqCst);
             // other threads' pins may delay the grace period: sweep a while
             for _ in 0..SWEEPS_WHILE_LENT {
@@ -292,7 +292,6 @@ fn a_first_touch_from_a_tls_destructor_after_the_exit_hook_outlives_f<B: Backend
     let (drops, outcome) = (counter(), counter());
     exit_ranks(20); // the amortized sweep is due on rl's first insert
     thread::spawn(move || {
-        count_defaults_in(drops);
         LATE_FIRST_TOUCH.with(|l| *l.borrow_mut() = Some(Late { rl, drops, outcome }));
         let _ = RankId::this_thread(); // id and exit hook registered after LATE_FIRST_TOUCH
     })

@@ -56,13 +56,13 @@ global! {
 /// A uid never handed out before, neither 0 nor [`cache::NO_UID`] (I4). Multiplying the counter
 /// (which starts at 1) by an odd constant is a bijection on u64, so uids stay unique and non-zero
 /// while their top bits are well mixed (the thread cache indexes with them).
-pub(crate) fn fresh_uid() -> u64 {
+pub(crate) fn fresh_uid() -> cache::Uid {
     loop {
         // Relaxed: uids carry no data, they only have to be unique.
         let uid = NEXT_UID
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        if uid != cache::NO_UID {
+        if let Some(uid) = cache::Uid::fresh(uid) {
             return uid;
         }
     }
@@ -125,7 +125,7 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     map: B::Map,
     /// The thread-cache key (I4); [`cache::NO_UID`] until first used, replaced when an instance
     /// is removed; never 0.
-    uid: AtomicU64,
+    uid: cache::AtomicUid,
     /// The writer lock: serializes every write to the map (I16) and guards what only writers
     /// touch — claims, the sweeper's bookkeeping, the walk count. Readers never take it.
     writer: Mutex<Writer>,
@@ -162,7 +162,7 @@ macro_rules! empty_rank_local {
     ($map:expr) => {
         RankLocal {
             map: $map,
-            uid: AtomicU64::new(cache::NO_UID),
+            uid: cache::AtomicUid::new(cache::NO_UID),
             writer: Mutex::new(Writer {
                 claims: Vec::new(),
                 claim_waiters: 0,
@@ -464,8 +464,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // Relaxed: the uid is only a name; the pointer's validity was established by this
         // thread's own Acquire when it filled the entry (I4).
         let uid = self.uid.load(Ordering::Relaxed);
-        // SAFETY: a `RankLocal`'s uid is never 0 (I4).
-        let p = unsafe { cache::lookup(uid, rank) }?;
+        let p = cache::lookup(uid, rank)?;
         // SAFETY: a hit for this `RankLocal`'s current uid is one of its published instances
         // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1); it is a `T` of
         // exactly this type, lifetimes included, since `RankLocal` is invariant in `T` (I9).
@@ -595,8 +594,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // Relaxed: the uid is only a name here; an owner entry stays valid whatever the uid
         // (I34, I35).
         let uid = self.uid.load(Ordering::Relaxed);
-        // SAFETY: a `RankLocal`'s uid is never 0 (I4).
-        let p = unsafe { cache::lookup(uid, rank | cache::OWNER_TAG) }?;
+        let p = cache::lookup(uid, rank | cache::OWNER_TAG)?;
         // SAFETY: an owner entry was filled by this thread for its own rank while it was alive
         // and is wiped before the rank exits (I34), so the instance is not reclaimed (I35) and
         // stays valid for `&self` (I1); a `T` of this map (I5, I9).
@@ -639,7 +637,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 
     /// This `RankLocal`'s uid, drawing a fresh one if it has none (I4).
-    pub(crate) fn uid_or_assign(&self) -> u64 {
+    pub(crate) fn uid_or_assign(&self) -> cache::Uid {
         // Relaxed everywhere: uids carry no data, they only have to be unique.
         let uid = self.uid.load(Ordering::Relaxed);
         if uid != cache::NO_UID {
@@ -659,7 +657,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 #[cfg(all(test, not(loom)))]
 impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// Test-only: an empty `RankLocal` with the given uid (unique: drawn by [`fresh_uid`]).
-    pub(crate) fn with_uid(uid: u64) -> Self {
+    pub(crate) fn with_uid(uid: cache::Uid) -> Self {
         let rl = Self::new();
         rl.uid.store(uid, Ordering::Relaxed);
         rl

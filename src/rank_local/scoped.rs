@@ -91,8 +91,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // retiring something this pin does not protect is seen here (I34).
         let uid = self.uid.load(Ordering::SeqCst);
         if Self::uses_thread_cache(rank) {
-            // SAFETY: a `RankLocal`'s uid is never 0 (I4).
-            if let Some(p) = unsafe { cache::lookup(uid, rank | cache::PINNED_TAG) } {
+            if let Some(p) = cache::lookup(uid, rank | cache::PINNED_TAG) {
                 // SAFETY: a pinned entry for this uid holds an instance of this map (I34, I5).
                 let p = unsafe { InstancePtr::new(Erased::from_non_null(p)) };
                 return Some((p, guard));

@@ -215,8 +215,7 @@ impl Trie {
     fn chain(id: u64, level: u32, ptr: Erased, birth: u64, scratch: &mut Scratch) -> NonNull<()> {
         let mut top = ptr.as_ptr::<()>();
         for l in 0..=level {
-            // SAFETY: no node to copy from (I13).
-            let n = unsafe { scratch.node(None, birth) };
+            let n = scratch.empty(birth);
             // SAFETY: just made: private to this writer until it is hung (I12, I38).
             unsafe { (*n.as_ptr()).slots[index(id, l)].set(Some(top)) };
             top = n.cast();
@@ -232,8 +231,7 @@ impl Trie {
             return;
         }
         while !fits(self.height, id) {
-            // SAFETY: no node to copy from (I13).
-            let root = unsafe { scratch.node(None, seq) };
+            let root = scratch.empty(seq);
             // SAFETY: just made, born at `seq`: private to this write (I12).
             unsafe { (*root.as_ptr()).slots[0].set(self.root) };
             self.root = Some(root.cast());
@@ -258,10 +256,9 @@ impl Trie {
                 scratch.replaced.push(n);
                 // SAFETY: alive (I13); the only writer copies it (I16); published nodes are
                 // never written but for I38's fills, which only this writer makes.
-                unsafe { scratch.node(Some(n), seq) }
+                unsafe { scratch.copy(n, seq) }
             }
-            // SAFETY: no node to copy from (I13).
-            None => unsafe { scratch.node(None, seq) },
+            None => scratch.empty(seq),
         };
         // Under loom: the caller is about to write this node; a reader inside it would race.
         // SAFETY: just allocated or reachable from the trie, hence alive (I13).

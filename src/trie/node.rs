@@ -289,31 +289,41 @@ impl Scratch {
         }
     }
 
-    /// A node born at `birth` whose slots are `from`'s (a copy), or empty.
+    /// A node born at `birth` with every slot empty: a spare reused, or a new one.
+    pub(super) fn empty(&mut self, birth: u64) -> NonNull<Node> {
+        let Some(n) = self.spare.pop() else {
+            return Node::empty(birth);
+        };
+        // SAFETY: `n` was a spare, just taken out of `spare`: this scratch's alone, and dead (no
+        // version reaches it and no reader holds it, I13), so nothing else reads or writes it.
+        unsafe {
+            for s in &*core::ptr::addr_of!((*n.as_ptr()).slots) {
+                s.set(None);
+            }
+            (*n.as_ptr()).birth = birth;
+            // Under loom: a reader still inside the node (a reclamation bug) would race this.
+            #[cfg(loom)]
+            (*n.as_ptr()).canary.write();
+        }
+        n
+    }
+
+    /// A node born at `birth` whose slots are `from`'s: a spare reused, or a new one.
     ///
     /// # Safety
-    /// `from`, if any, is alive (I13).
-    pub(super) unsafe fn node(&mut self, from: Option<NonNull<Node>>, birth: u64) -> NonNull<Node> {
+    /// `from` is alive (I13), and the caller is the map's only writer (I16), so no one writes
+    /// `from` while it is copied.
+    pub(super) unsafe fn copy(&mut self, from: NonNull<Node>, birth: u64) -> NonNull<Node> {
         let Some(n) = self.spare.pop() else {
-            return match from {
-                // SAFETY: the caller's contract (I13).
-                Some(f) => unsafe { Node::copy_of(f, birth) },
-                None => Node::empty(birth),
-            };
+            // SAFETY: the caller's contract.
+            return unsafe { Node::copy_of(from, birth) };
         };
-        // SAFETY: a spare node is dead and only the writer, which owns `self`, touches it (I13);
-        // `from` is alive and a different node (a spare is reachable from no version); the
-        // caller is the only writer (I16).
+        // SAFETY: `n` as in `empty`: this scratch's alone and dead (I13). `from` is alive and not
+        // written meanwhile (the caller's contract), and not `n` (a spare is reachable from no
+        // version).
         unsafe {
             let slots = core::ptr::addr_of_mut!((*n.as_ptr()).slots);
-            match from {
-                Some(f) => copy_slots(core::ptr::addr_of!((*f.as_ptr()).slots), slots),
-                None => {
-                    for s in &*slots {
-                        s.set(None);
-                    }
-                }
-            }
+            copy_slots(core::ptr::addr_of!((*from.as_ptr()).slots), slots);
             (*n.as_ptr()).birth = birth;
             // Under loom: a reader still inside the node (a reclamation bug) would race this.
             #[cfg(loom)]

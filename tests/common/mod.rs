@@ -6,7 +6,6 @@
 //! here (and only here; the macro and its re-export carry their own `allow`s):
 #![allow(dead_code)]
 
-use std::cell::Cell;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
@@ -150,6 +149,63 @@ pub fn within_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static
     }
 }
 
+/// A thread of this process as the kernel sees it (Linux's `/proc`), for a test that needs another
+/// thread to have reached a blocking wait inside the crate — a state no result of the crate's API
+/// shows: which system call the thread is blocked in, and on what. Made on the thread itself
+/// ([`Blocked::this_thread`]), read from any. Tests that use it are ignored where it does not
+/// exist (under Miri, off Linux).
+pub struct Blocked {
+    /// `/proc/<pid>/task/<tid>`.
+    task: std::path::PathBuf,
+}
+
+/// System call numbers (`/proc/<tid>/syscall` gives the number).
+#[cfg(target_arch = "x86_64")]
+const SYS_FUTEX_AND_SLEEPS: [u64; 3] = [202, 35, 230]; // futex, nanosleep, clock_nanosleep
+#[cfg(target_arch = "aarch64")]
+const SYS_FUTEX_AND_SLEEPS: [u64; 3] = [98, 101, 115];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const SYS_FUTEX_AND_SLEEPS: [u64; 3] = [u64::MAX; 3];
+
+impl Blocked {
+    /// The calling thread.
+    pub fn this_thread() -> Blocked {
+        let tid = std::fs::read_link("/proc/thread-self").expect("Linux /proc/thread-self");
+        Blocked {
+            task: std::path::Path::new("/proc").join(tid),
+        }
+    }
+
+    /// The system call the thread is blocked in, with its first two arguments; `None` while it
+    /// runs in user space.
+    fn syscall(&self) -> Option<(u64, [u64; 2])> {
+        let line = std::fs::read_to_string(self.task.join("syscall")).ok()?;
+        let mut fields = line.split_whitespace();
+        let nr: i64 = fields.next()?.parse().ok()?; // "running" or -1: not in a system call
+        let mut arg = || u64::from_str_radix(fields.next()?.trim_start_matches("0x"), 16).ok();
+        let args = [arg()?, arg()?];
+        u64::try_from(nr).ok().map(|nr| (nr, args))
+    }
+
+    /// Whether the thread waits on a futex that lives in `bytes`: a std `Mutex` or `Condvar` in
+    /// that memory (on Linux both are a futex word held inline).
+    pub fn in_futex_wait_within(&self, bytes: std::ops::Range<usize>) -> bool {
+        matches!(self.syscall(), Some((nr, [addr, _])) if nr == SYS_FUTEX_AND_SLEEPS[0]
+            && bytes.contains(&(addr as usize)))
+    }
+
+    /// Whether the thread is in `thread::sleep`.
+    pub fn in_sleep(&self) -> bool {
+        matches!(self.syscall(), Some((nr, _)) if SYS_FUTEX_AND_SLEEPS[1..].contains(&nr))
+    }
+}
+
+/// The memory `t` occupies.
+pub fn bytes_of<T>(t: &T) -> std::ops::Range<usize> {
+    let start = t as *const T as usize;
+    start..start + std::mem::size_of::<T>()
+}
+
 /// The message of a panic payload (`&str` or `String`), or `"<non-string payload>"`.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -209,26 +265,12 @@ pub fn counter() -> &'static AtomicUsize {
     leak(AtomicUsize::new(0))
 }
 
-thread_local! {
-    /// The counter `Counted::default()` and `Bomb::default()` count in, on this thread.
-    static DEFAULT_DROPS: Cell<Option<&'static AtomicUsize>> = const { Cell::new(None) };
-}
-
-/// Makes `Counted::default()` and `Bomb::default()` on this thread count their drops in `drops`:
-/// scoped first touches (`with`) build instances with `T::default()`.
-pub fn count_defaults_in(drops: &'static AtomicUsize) {
-    DEFAULT_DROPS.with(|c| c.set(Some(drops)));
-}
-
-fn default_drops() -> &'static AtomicUsize {
-    DEFAULT_DROPS.with(|c| {
-        c.get()
-            .expect("count_defaults_in was not called on this thread")
-    })
-}
-
 /// Counts its drops in the counter it was made with. Its value lives in its own heap allocation,
 /// so reading it after the instance was freed is a use after free that Miri reports.
+///
+/// No `Default` on purpose (nor on [`Bomb`]): a first touch names its counter where it happens,
+/// `rl.with_or(|| Counted::new(drops), f)` (`with` is `with_or(T::default, f)`), instead of a
+/// per-thread setting made elsewhere that a `Default` impl would read.
 pub struct Counted<'a> {
     pub drops: &'a AtomicUsize,
     heap: Box<u64>,
@@ -248,13 +290,6 @@ impl<'a> Counted<'a> {
     }
 }
 
-/// Counts in the counter [`count_defaults_in`] set for this thread.
-impl Default for Counted<'_> {
-    fn default() -> Self {
-        Counted::new(default_drops())
-    }
-}
-
 impl Drop for Counted<'_> {
     fn drop(&mut self) {
         self.drops.fetch_add(1, Ordering::SeqCst);
@@ -263,8 +298,7 @@ impl Drop for Counted<'_> {
 
 /// A scoped first touch of `rl` for the current rank whose instance counts its drops in `drops`.
 pub fn touch_scoped<B: Backend>(rl: &RankLocal<Counted<'static>, B>, drops: &'static AtomicUsize) {
-    count_defaults_in(drops);
-    rl.with(|_| ());
+    rl.with_or(|| Counted::new(drops), |_| ());
 }
 
 /// Counts its drops like [`Counted`]; once armed it panics in `drop` (after counting).
@@ -279,13 +313,6 @@ impl<'a> Bomb<'a> {
             drops,
             armed: AtomicBool::new(armed),
         }
-    }
-}
-
-/// Unarmed, counting in the counter [`count_defaults_in`] set for this thread.
-impl Default for Bomb<'_> {
-    fn default() -> Self {
-        Bomb::new(default_drops(), false)
     }
 }
 
