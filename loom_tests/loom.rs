@@ -1052,37 +1052,32 @@ fn m19_first_touch_inside_a_read_frees_nothing_epoch() {
     );
 }
 
-/// 20. A thread's lookup of its own rank takes no pin: it looks the map up under the writer lock
-///     when that is free, and escapes what it finds before it lets go (a pin only if another
+/// 20. `get`'s lookup of the thread's own rank takes no pin: it looks the map up under the writer
+///     lock when that is free, and escapes what it finds before it lets go (a pin only if another
 ///     thread holds the lock). Under loom a thread's own rank counts as exited, so another
-///     thread's sweep may take its scoped instance: the lookup sees the value (escaped, then
-///     kept and readable) or nothing, never a freed one.
+///     thread's sweep may take its scoped instance: `get` returns that instance, escaped (then
+///     kept and readable), or, once the sweep took it, a new one; never a freed one.
 fn own_lookup_races_a_sweep<B: Backend>() {
     let rl = Arc::new(RankLocal::<Canary, B>::new());
     let owner = {
         let rl = rl.clone();
         thread::spawn(move || {
-            rl.with(|c| c.look()); // its own rank's scoped instance (exited, under loom)
+            let first = rl.with(addr); // its own rank's scoped instance (exited, under loom)
             let me = RankId::this_thread();
-            let got = rl.get_for(me).map(Canary::look); // the own-rank lookup: no pin
-            (me, got)
+            let got = rl.get_or(Canary::default); // the own-rank lookup: no pin
+            (me, got.look(), first == addr(got))
         })
     };
-    let swept = rl.reclaim_exited();
-    let (me, got) = owner.join().unwrap();
-    assert!(
-        got.is_none() || got == Some(5),
-        "read a dropped value: {got:?}"
+    rl.reclaim_exited();
+    let (me, got, same) = owner.join().unwrap();
+    assert_eq!(got, 5, "read a dropped value");
+    assert_eq!(
+        rl.get_for(me).map(Canary::look),
+        Some(5),
+        "an escaped instance was swept"
     );
-    if got.is_some() {
-        assert_eq!(
-            rl.get_for(me).map(Canary::look),
-            Some(5),
-            "an escaped instance was swept"
-        );
-    }
-    // 1: the lookup found it (escaped, or before the sweep ran); 2: the sweep took it first
-    outcome(if got.is_some() { 1 } else { 2 });
+    // 1: `get` found the scoped instance (and escaped it); 2: the sweep took it first
+    outcome(if same { 1 } else { 2 });
 }
 
 #[test]

@@ -31,6 +31,7 @@ tls! {
     /// registered) pin it, so a thread that only writes or reads its own rank never registers.
     static HANDLE: LocalHandle = {
         REGISTERED.with(|r| r.set(true));
+        UNPINNED.with(|n| n.set(0)); // a registered thread's lookups pin
         COLLECTOR.register()
     };
 }
@@ -59,10 +60,12 @@ pub(crate) fn registered() -> bool {
 #[inline]
 pub(crate) fn prefers_pin() -> bool {
     cfg!(loom)
-        || registered()
         || UNPINNED.with(|n| {
+            // 0 once the thread registered, or spent its unpinned lookups
             let left = n.get();
-            n.set(left.saturating_sub(1));
+            if left != 0 {
+                n.set(left - 1);
+            }
             left == 0
         })
 }

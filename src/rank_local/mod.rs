@@ -327,7 +327,14 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         let rank = if rank == 0 {
             identity::current_raw()
         } else {
-            if let Some(v) = self.lookup_slow(rank) {
+            // The thread's own rank: no pin, whatever the thread did before (a first touch
+            // takes the writer lock anyway).
+            let own = B::LOOKUP_PINS && rank == identity::own_raw();
+            let found = match own.then(|| self.lookup_escaped_unpinned(rank)).flatten() {
+                Some(found) => found,
+                None => self.lookup_slow(rank),
+            };
+            if let Some(v) = found {
                 return Ok(v);
             }
             rank
@@ -388,26 +395,20 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 
     /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
     ///
-    /// On a backend whose lookups pin (`Epoch`, `ArcSwap`), the thread's own rank, and any rank
-    /// on a thread with no participant on the crate's collector (for its first few such
-    /// lookups), is looked up with no pin, under the writer lock when it is free
-    /// ([`lookup_unpinned`](Self::lookup_unpinned)): a thread's first pin registers it, and
-    /// crossbeam then walks every registered thread, O(registered threads). So a thread that
-    /// looks up its own rank, or a few others with `get`/`get_for`, never registers. Other ranks
-    /// on a registered thread (or one that keeps missing), and any rank while another thread
-    /// holds the lock, are looked up under a pin, lock-free. Never waits for the lock.
+    /// On a backend whose lookups pin (`Epoch`, `ArcSwap`), a thread with no participant on the
+    /// crate's collector looks ranks up (its first few such lookups) with no pin, under the
+    /// writer lock when it is free ([`lookup_escaped_unpinned`](Self::lookup_escaped_unpinned)):
+    /// a thread's first pin registers it, and crossbeam then walks every registered thread,
+    /// O(registered threads). So a thread that looks up a few ranks with `get`/`get_for` never
+    /// registers (`get`'s slow path does the same for the thread's own rank, whatever the thread
+    /// did before). A registered thread (or one that keeps missing), and any thread while
+    /// another holds the lock, looks up under a pin, lock-free. Never waits for the lock.
     #[cold]
     fn lookup_slow(&self, rank: u64) -> Option<&T> {
         counters::bump!(MAP_LOOKUPS);
-        if B::LOOKUP_PINS && (rank == identity::own_raw() || !collector::prefers_pin()) {
-            if let Some(found) = self.lookup_unpinned(rank, true) {
-                let p = found?;
-                if Self::uses_thread_cache(rank) {
-                    cache::store(self.uid_or_assign(), rank, p.erased());
-                }
-                // SAFETY: a published instance of this map (I2, I5), escaped under the writer
-                // lock (I31), so valid while `&self` lives (I1); this very `T` (I9).
-                return Some(unsafe { p.value() });
+        if B::LOOKUP_PINS && !collector::prefers_pin() {
+            if let Some(found) = self.lookup_escaped_unpinned(rank) {
+                return found;
             }
         }
         // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
@@ -427,6 +428,23 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         // SAFETY: `p` is a published instance of this map (I2, I5), now escaped, so valid while
         // `&self` lives (I1, I31), inserted as this very `T` (invariance, I9).
         Some(unsafe { p.value() })
+    }
+
+    /// [`lookup_slow`](Self::lookup_slow) under a free writer lock: `None` if another thread
+    /// holds it. Out of line, so that the pinned lookup's code stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn lookup_escaped_unpinned(&self, rank: u64) -> Option<Option<&T>> {
+        let p = match self.lookup_unpinned(rank, true)? {
+            Some(p) => p,
+            None => return Some(None),
+        };
+        if Self::uses_thread_cache(rank) {
+            cache::store(self.uid_or_assign(), rank, p.erased());
+        }
+        // SAFETY: a published instance of this map (I2, I5), escaped under the writer lock (I31),
+        // so valid while `&self` lives (I1); this very `T` (I9).
+        Some(Some(unsafe { p.value() }))
     }
 
     /// `rank`'s instance looked up under the writer lock with no pin, ESCAPED first if `escape`;
