@@ -330,6 +330,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             // The thread's own rank: no pin, whatever the thread did before (a first touch
             // takes the writer lock anyway).
             let own = B::LOOKUP_PINS && rank == identity::own_raw();
+            if own {
+                counters::bump!(MAP_LOOKUPS);
+            }
             let found = match own.then(|| self.lookup_escaped_unpinned(rank)).flatten() {
                 Some(found) => found,
                 None => self.lookup_slow(rank),
