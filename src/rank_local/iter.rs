@@ -4,13 +4,13 @@
 use core::iter::FusedIterator;
 use core::marker::PhantomData;
 
-use super::instance::{InstancePtr, ESCAPED};
-use super::RankLocal;
+use super::instance::InstancePtr;
+use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::identity::RankId;
-use crate::primitive::{lock, Ordering};
+use crate::primitive::lock;
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Every `(rank, instance)`, from one consistent snapshot taken when called (ranks inserted
     /// later are not seen). Order is unspecified (ascending rank on [`Epoch`](crate::Epoch) and
     /// [`ArcSwap`]). The
@@ -47,20 +47,26 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         not(all(feature = "arc-swap", not(loom))),
         doc = "[`ArcSwap`]: https://docs.rs/ranklocal/latest/ranklocal/struct.ArcSwap.html"
     )]
-    pub fn iter(&self) -> Iter<'_, T, B> {
+    pub fn iter(&self) -> Iter<'_, T, B>
+    where
+        T: SyncValue,
+    {
         // Under the writer lock the map cannot change (I16) and holds no RECLAIMING instance
         // (I30): mark the snapshot's instances ESCAPED, then hand out the same snapshot (I31).
         let mut w = lock(&self.writer);
         if !w.all_escaped {
+            // Tombstones out of the map first, and the gate lock held while marking, so that no
+            // exit work makes one of the snapshot (I39).
+            let (mut ranks, mut batch) = (Vec::new(), Vec::new());
+            let gate = w.gate.clone();
+            let _gate = self.take_tombstones(gate.as_ref(), &mut ranks, &mut batch);
+            self.retire_batch(&mut w.sweep, &ranks, batch);
             for (_, p) in B::iter(&self.map) {
                 // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
-                // I32).
-                let st = unsafe { InstancePtr::<T>::new(p).state() };
-                // Relaxed: as in `insert` (I30). A load first: no write to an escaped
-                // instance's line (another thread's, most often).
-                if st.load(Ordering::Relaxed) != ESCAPED {
-                    st.store(ESCAPED, Ordering::Relaxed);
-                }
+                // I32); neither a tombstone (just unpublished) nor becoming one (the gate lock).
+                // `escape` loads first: no write to an escaped instance's line (another
+                // thread's, most often).
+                unsafe { InstancePtr::<T>::new(p).escape() };
             }
             w.all_escaped = true;
         }
@@ -91,6 +97,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(totals.get_for(job.id()), Some(&3));
     /// ```
     pub fn iter_mut(&mut self) -> IterMut<'_, T, B> {
+        self.settle_owned(true); // no exit work touches what is lent, no tombstone is left (I39)
         IterMut {
             remaining: B::len(&self.map),
             inner: B::iter(&self.map),
@@ -197,7 +204,7 @@ impl<'a, T: 'a, B: Backend> ExactSizeIterator for IterMut<'a, T, B> {}
 /// `Vec`).
 impl<'a, T: 'a, B: Backend> FusedIterator for IterMut<'a, T, B> {}
 
-impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a RankLocal<T, B> {
+impl<'a, T: SyncValue, B: Backend> IntoIterator for &'a RankLocal<T, B> {
     type Item = (RankId, &'a T);
     type IntoIter = Iter<'a, T, B>;
     fn into_iter(self) -> Iter<'a, T, B> {
@@ -205,7 +212,7 @@ impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a RankLocal<T, B> {
     }
 }
 
-impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a mut RankLocal<T, B> {
+impl<'a, T: Send, B: Backend> IntoIterator for &'a mut RankLocal<T, B> {
     type Item = (RankId, &'a mut T);
     type IntoIter = IterMut<'a, T, B>;
     fn into_iter(self) -> IterMut<'a, T, B> {
@@ -213,7 +220,7 @@ impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a mut RankLocal<T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
+impl<T: Send, B: Backend> IntoIterator for RankLocal<T, B> {
     type Item = (RankId, T);
     type IntoIter = std::vec::IntoIter<(RankId, T)>;
 
@@ -228,6 +235,7 @@ impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
     /// assert_eq!(owned, [(RankId::current(), "mine".to_string())]);
     /// ```
     fn into_iter(mut self) -> Self::IntoIter {
+        self.settle_owned(true); // no exit work touches what is moved out, no tombstone (I39)
         let entries = B::retain(&mut self.map, &mut |_| false);
         let owned: Vec<(RankId, T)> = entries
             .into_iter()

@@ -25,13 +25,13 @@
 mod init;
 mod instance;
 mod iter;
+mod own;
 mod reclaim;
 mod scoped;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
 use core::convert::Infallible;
-use core::fmt;
 use core::marker::PhantomData;
 
 use crate::backend::{Backend, Epoch};
@@ -39,11 +39,13 @@ use crate::cache;
 use crate::counters;
 use crate::erased::Erased;
 use crate::identity::{self, RankId};
-use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
+use crate::primitive::{global, Arc, AtomicU64, Condvar, Mutex, Ordering};
 
 use self::init::{Access, Claim};
 use self::instance::InstancePtr;
 pub use self::iter::{Iter, IterMut};
+pub use self::own::SyncValue;
+pub(crate) use self::own::{run_exit_work, Gate};
 use self::reclaim::Sweep;
 
 global! {
@@ -145,11 +147,16 @@ struct Writer {
     /// `true` when every instance in the map is ESCAPED, so `iter` need not mark any (I31):
     /// cleared by every SCOPED insert before it publishes, set by `iter` after marking the map.
     all_escaped: bool,
+    /// Shared with the exit hooks of threads that have an OWNED instance here; made by the first
+    /// `with_own` first touch (`own`, I39).
+    gate: Option<Arc<own::Gate>>,
 }
 
-// SAFETY: `&RankLocal` hands out `&T` to any thread and lets any thread create an instance that
-// another thread later drops, hence `T: Send + Sync` (I7). The other fields are `Sync`.
-unsafe impl<T: Send + Sync, B: Backend> Sync for RankLocal<T, B> {}
+// SAFETY: `&RankLocal` lets any thread create an instance that another thread later drops or
+// moves out, hence `T: Send`; every method that can hand a `&T` to another thread than the
+// instance's owner's requires `T: Sync` itself ([`SyncValue`]), and the `T: Send` ones reach only
+// the calling OS thread's own instance (I7, I39). The other fields are `Sync`.
+unsafe impl<T: Send, B: Backend> Sync for RankLocal<T, B> {}
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
 macro_rules! empty_rank_local {
@@ -162,6 +169,7 @@ macro_rules! empty_rank_local {
                 claim_waiters: 0,
                 sweep: Sweep::NEW,
                 all_escaped: true,
+                gate: None,
             }),
             claim_ended: Condvar::new(),
             _owns: PhantomData,
@@ -170,7 +178,7 @@ macro_rules! empty_rank_local {
 }
 
 /// The hot path: each lookup probes the thread cache inline and falls back to a `#[cold]` path.
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// An empty `RankLocal`, usable in a `static`.
     ///
     /// ```
@@ -220,7 +228,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn get(&self) -> &T
     where
-        T: Default,
+        T: Default + SyncValue,
     {
         self.get_or(T::default)
     }
@@ -244,7 +252,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn get_or_default(&self) -> &T
     where
-        T: Default,
+        T: Default + SyncValue,
     {
         self.get_or(T::default)
     }
@@ -281,7 +289,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// panics.
     #[inline]
     #[track_caller]
-    pub fn get_or(&self, init: impl FnOnce() -> T) -> &T {
+    pub fn get_or(&self, init: impl FnOnce() -> T) -> &T
+    where
+        T: SyncValue,
+    {
         let Ok(v) = self.get_or_try(|| Ok::<T, Infallible>(init()));
         v
     }
@@ -302,7 +313,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or).
     #[inline]
     #[track_caller]
-    pub fn get_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+    pub fn get_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E>
+    where
+        T: SyncValue,
+    {
         // 0 if the thread has no id yet: the cache then misses and the slow path assigns one.
         let rank = identity::current_raw_or_zero();
         if let Some(v) = self.cached(rank) {
@@ -347,7 +361,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// on_behalf_of(job.id(), || assert!(buf.try_get().is_none())); // not for another rank
     /// ```
     #[inline]
-    pub fn try_get(&self) -> Option<&T> {
+    pub fn try_get(&self) -> Option<&T>
+    where
+        T: SyncValue,
+    {
         self.get_for(RankId::current())
     }
 
@@ -373,7 +390,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert!(score.get_for(RankId::current()).is_none()); // this thread never touched it
     /// ```
     #[inline]
-    pub fn get_for(&self, rank: RankId) -> Option<&T> {
+    pub fn get_for(&self, rank: RankId) -> Option<&T>
+    where
+        T: SyncValue,
+    {
         let rank = rank.as_u64();
         self.cached(rank).or_else(|| self.lookup_slow(rank))
     }
@@ -453,7 +473,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R
     where
-        T: Default,
+        T: Default + SyncValue,
     {
         self.with_or(T::default, f)
     }
@@ -484,7 +504,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or). A panic in `f` propagates; nothing is leaked.
     #[inline]
     #[track_caller]
-    pub fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+    pub fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: SyncValue,
+    {
         let rank = identity::current_raw_or_zero();
         if let Some(v) = self.cached_owner(rank) {
             return f(v);
@@ -508,7 +531,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), Some(1));
     /// ```
     #[inline]
-    pub fn try_with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+    pub fn try_with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: SyncValue,
+    {
         self.with_for(RankId::current(), f)
     }
 
@@ -527,7 +553,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(logs.with_for(Rank::new().id(), |_| ()), None);
     /// ```
     #[inline]
-    pub fn with_for<R>(&self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R> {
+    pub fn with_for<R>(&self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: SyncValue,
+    {
         let rank = rank.as_u64();
         if let Some(v) = self.cached_owner(rank) {
             return Some(f(v));
@@ -550,7 +579,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Number of ranks with an instance.
     ///
     /// ```
@@ -603,7 +632,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 }
 
 #[cfg(all(test, not(loom)))]
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Test-only: an empty `RankLocal` with the given uid (unique: drawn by [`fresh_uid`]).
     pub(crate) fn with_uid(uid: u64) -> Self {
         let rl = Self::new();
@@ -612,26 +641,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> Default for RankLocal<T, B> {
+impl<T: Send, B: Backend> Default for RankLocal<T, B> {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for RankLocal<T, B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        /// Formats through a scoped visit, by rank: formatting hands out no `&T`, so it keeps
-        /// nothing alive (through `iter`, one log line of a `static` would keep every instance).
-        struct Entries<'a, T: Send + Sync, B: Backend>(&'a RankLocal<T, B>);
-        impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for Entries<'_, T, B> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                self.0
-                    .visit_sorted(|entries| f.debug_map().entries(entries.iter().copied()).finish())
-            }
-        }
-        f.debug_struct("RankLocal")
-            .field("backend", &B::NAME)
-            .field("instances", &Entries(self))
-            .finish()
     }
 }

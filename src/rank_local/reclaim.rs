@@ -23,7 +23,8 @@
 use core::any::Any;
 use std::collections::VecDeque;
 
-use super::instance::{drop_all, drop_payload, is_dropping, InstancePtr, RECLAIMING, SCOPED};
+use super::instance::{drop_all, drop_payload, is_dropping, InstancePtr};
+use super::own::close_gate;
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
 use crate::cache;
@@ -167,12 +168,12 @@ const HELP_EVERY: u32 = 8;
 /// grace period, which must not wait for this pin; and batches taken out are waited for by
 /// `reclaim_exited_blocking` on other threads, which must not wait for the caller's closure
 /// (found in review: a blocking call waited for a delegate's `with` to return).
-pub(super) struct FreeLater<'a, T: Send + Sync, B: Backend> {
+pub(super) struct FreeLater<'a, T: Send, B: Backend> {
     rl: &'a RankLocal<T, B>,
     waiting: bool,
 }
 
-impl<'a, T: Send + Sync, B: Backend> FreeLater<'a, T, B> {
+impl<'a, T: Send, B: Backend> FreeLater<'a, T, B> {
     /// Takes and frees the ready batches when dropped, if `waiting` (batches were queued).
     pub(super) fn after_unpin(rl: &'a RankLocal<T, B>, waiting: bool) -> Self {
         FreeLater { rl, waiting }
@@ -183,7 +184,7 @@ impl<'a, T: Send + Sync, B: Backend> FreeLater<'a, T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> Drop for FreeLater<'_, T, B> {
+impl<T: Send, B: Backend> Drop for FreeLater<'_, T, B> {
     fn drop(&mut self) {
         if self.waiting {
             let ready = RankLocal::<T, B>::take(&mut lock(&self.rl.writer), SweepWhen::Due);
@@ -192,7 +193,7 @@ impl<T: Send + Sync, B: Backend> Drop for FreeLater<'_, T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Asks for `rank`'s exit, whose scoped instance the writer holding `w` just published
     /// (I36).
     pub(super) fn watch_exit(w: &mut Writer, rank: u64) {
@@ -241,46 +242,51 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 };
                 // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
                 // I32). Its rank came from the inbox, so it has exited (I36) and no live owner
-                // reads it without a pin (I35): the CAS below may take it.
-                let st = unsafe { InstancePtr::<T>::new(p).state() };
-                // SeqCst (Relaxed would do for the one-winner property, I30): keeps the
-                // argument about readers local.
-                if st
-                    .compare_exchange(SCOPED, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
-                    .is_ok()
-                {
+                // reads it without a pin (I35): the CAS may take it (SCOPED → RECLAIMING, or a
+                // tombstone DROPPED → REAPED, I39).
+                if unsafe { InstancePtr::<T>::new(p).take_for_sweep() } {
                     ranks.push(rank);
                     batch.push((rank, p));
                 }
             }
+            // and the tombstones exit work left, whether or not their exits arrived yet (I39)
+            drop(self.take_tombstones(w.gate.as_ref(), &mut ranks, &mut batch));
             n = batch.len();
-            // The token goes to the collector at once, whoever swept (I37): batched with the
-            // writers' other retirements it could wait for 15 more sweeps process-wide on the
-            // backends whose writes retire nothing else (`ArcSwap`, `Baseline`), keeping every
-            // value those sweeps took. A sweep takes at least 16 exits, so this is one flush per
-            // 16 or more exits.
-            let flush = Flush::Now;
-            if n > 0 {
-                let removed = B::remove(&self.map, &ranks);
-                debug_assert_eq!(removed, n);
-                // A fresh uid before retiring: pinned scoped entries keyed by the old one are
-                // dead for every reader that pins after this store (I34).
-                self.uid.store(fresh_uid(), Ordering::SeqCst);
-                let done = Arc::new(AtomicBool::new(false));
-                // The collector sets the token (Release, pairing with the Acquire in
-                // `take_ready`) only after every thread pinned now has unpinned (I32, I37). Only
-                // a `'static` token is deferred, never a `T`: no user code runs (I18).
-                // SAFETY: the token owns all it touches (an `Arc`) and frees nothing (I32, I37).
-                unsafe { collector::retire(Retired::Token(Arc::clone(&done)), flush) };
-                sw.batches.push_back(Batch {
-                    serial: sw.next_serial,
-                    done,
-                    entries: batch,
-                });
-                sw.next_serial += 1;
-            }
+            self.retire_batch(sw, &ranks, batch);
         }
         n
+    }
+
+    /// Unpublishes `batch` (the instances of `ranks`, taken by a sweep or `iter`: RECLAIMING or
+    /// REAPED) in one write, draws a fresh uid and retires them as one batch behind an epoch grace
+    /// period (I32, I39). Under the writer lock.
+    pub(super) fn retire_batch(&self, sw: &mut Sweep, ranks: &[u64], batch: Vec<(u64, Erased)>) {
+        let n = batch.len();
+        // The token goes to the collector at once, whoever swept (I37): batched with the
+        // writers' other retirements it could wait for 15 more sweeps process-wide on the
+        // backends whose writes retire nothing else (`ArcSwap`, `Baseline`), keeping every
+        // value those sweeps took. A sweep takes at least 16 exits, so this is one flush per
+        // 16 or more exits.
+        let flush = Flush::Now;
+        if n > 0 {
+            let removed = B::remove(&self.map, ranks);
+            debug_assert_eq!(removed, n);
+            // A fresh uid before retiring: pinned scoped entries keyed by the old one are
+            // dead for every reader that pins after this store (I34).
+            self.uid.store(fresh_uid(), Ordering::SeqCst);
+            let done = Arc::new(AtomicBool::new(false));
+            // The collector sets the token (Release, pairing with the Acquire in
+            // `take_ready`) only after every thread pinned now has unpinned (I32, I37). Only
+            // a `'static` token is deferred, never a `T`: no user code runs (I18).
+            // SAFETY: the token owns all it touches (an `Arc`) and frees nothing (I32, I37).
+            unsafe { collector::retire(Retired::Token(Arc::clone(&done)), flush) };
+            sw.batches.push_back(Batch {
+                serial: sw.next_serial,
+                done,
+                entries: batch,
+            });
+            sw.next_serial += 1;
+        }
     }
 
     /// The batches whose grace period passed, taken out of the bookkeeping under the writer lock
@@ -505,6 +511,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(rl.get_or(|| "new".to_string()), "new"); // the next use runs `init` again
     /// ```
     pub fn clear(&mut self) {
+        self.settle_owned(false); // no exit work touches what is freed here (I39)
         self.remove_where(&mut |_| false);
     }
 
@@ -592,6 +599,8 @@ fn backoff(spins: &mut u32) {
 
 impl<T, B: Backend> Drop for RankLocal<T, B> {
     fn drop(&mut self) {
+        // First: no exit work starts any more, and the values it moved out are dropped (I39).
+        close_gate(mutex_mut(&mut self.writer));
         let mut removed = B::retain(&mut self.map, &mut |_| false);
         let sweep = &mut mutex_mut(&mut self.writer).sweep;
         if let Some(inbox) = &sweep.inbox {
