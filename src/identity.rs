@@ -525,6 +525,31 @@ fn register_live(id: u64) {
     }
 }
 
+/// Loom only: makes the calling loom thread's own rank live with an exit hook, as a normal build
+/// does at its first use (under loom thread liveness is not tracked, see [`register_live`]), so
+/// that a model can run the owner-only path and the exit work (I39). Not public API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn __loom_register_thread() {
+    let id = own_raw();
+    live_set().insert(id, Watchers::NEW);
+    let hook = ExitHook {
+        id,
+        gates: Vec::new(),
+        prune_at: 4,
+    };
+    EXIT_HOOK.with(|h| h.set(Some(hook)));
+    STATE.with(|s| s.alive.set(true));
+}
+
+/// Loom only: runs the calling loom thread's exit hook now, as its thread-local destructors
+/// would: the exit work, then the exit (I39). Not public API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn __loom_exit_thread() {
+    drop(EXIT_HOOK.with(Cell::take));
+}
+
 /// Keeps in `ranks` only those that have exited. Takes [`LIVE`] for a few dozen ranks at a time,
 /// so threads and `Rank`s starting or ending elsewhere wait for at most one chunk.
 pub(crate) fn retain_exited(ranks: &mut Vec<u64>) {
