@@ -548,9 +548,10 @@ impl<T: Send + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> 
 /// ```
 ///
 /// As in `thread_local!`, the initializer may be written `const { EXPR }`
-/// (`static N: AtomicU32 = const { AtomicU32::new(0) };`). The value type must be `Send + Sync`
-/// (a delegate on another thread reads it through `&T`); a `Cell`, `RefCell` or `Rc` is rejected
-/// with one error naming that requirement.
+/// (`static N: AtomicU32 = const { AtomicU32::new(0) };`). The value type must be `Send` (an `Rc`
+/// is rejected with one error naming that requirement); a `Cell` or `RefCell` value is reached
+/// with the owner-only family (`with_own`, `get_own`, ...), and the rank-aware methods (`get`,
+/// `with`, `get_for`, ...) need it to be `Sync` too.
 ///
 /// Hygiene: the initializer is compiled outside the block that declares the macro's helper items,
 /// so every name in it (`init`, `SLOT`, `INNER`, ...) means the caller's item.

@@ -17,7 +17,9 @@
 //! - `scoped`: `with`/`with_for` off the owner's hit path, and `for_each` (I33–I35);
 //! - `reclaim`: sweeps of exited ranks, `reclaim_exited`, the `&mut` removals and drop (I6, I10,
 //!   I32);
-//! - `iter`: `iter`, `iter_mut`, `into_iter` (I15, I31).
+//! - `iter`: `iter`, `iter_mut`, `into_iter` (I15, I31);
+//! - `own`: the owner-only family (`with_own`, `get_own`, ...), [`SyncValue`], `Debug`, and
+//!   dropping at its thread's exit what only `with_own` reached (I39).
 //!
 //! The invariants the `// SAFETY:` comments cite (I1, I2, ...) are stated once, in
 //! papers/design.md §4, rendered as [`crate::design`].
@@ -97,21 +99,29 @@ type Invariant<T> = fn(T) -> T;
 /// assert_eq!(*WORKS.get().lock().unwrap(), ["forward", "backward"]);
 /// ```
 ///
-/// **Why `T: Send + Sync`.** Unlike a thread-local, a rank's instance is shared between threads. A
-/// delegate inside `on_behalf_of(rank, ..)` (or a future polled with `.on_behalf_of(rank)`) gets
-/// `&T` to the same instance the rank's own thread may be using at that moment, and `get_for`
-/// hands out another rank's `&T`: so `T` must be `Sync`. The instance is dropped by `clear`,
-/// `purge_exited` or the `RankLocal`'s drop, and moved out by `into_iter` or `iter_mut`, on
-/// whichever thread does that, usually not the one that created it: so `T` must be `Send`. The
-/// C++ `RankLocal` notes that it "doesn't make the underlying objects thread-safe" and leaves that
-/// to the caller; here the compiler checks it. Put mutable per-rank state behind `Mutex`, `RwLock`
-/// or atomics (`RefCell` and `Cell` are not `Sync`); state no other thread may ever see belongs in
-/// `std::thread_local!`.
+/// **`T: Send`, and `T: Sync` for what crosses threads.** Unlike a thread-local, a rank's instance
+/// can be shared between threads. A delegate inside `on_behalf_of(rank, ..)` (or a future polled
+/// with `.on_behalf_of(rank)`) gets `&T` to the same instance the rank's own thread may be using at
+/// that moment, and `get_for`, `with_for`, `iter` and `for_each` hand out other ranks' `&T`: so
+/// those rank-aware methods (and `get`, `with` and the rest, which resolve the current rank)
+/// require `T: Sync` ([`SyncValue`]). The instance is dropped by `clear`, `purge_exited`, a sweep
+/// or the `RankLocal`'s drop, and moved out by `into_iter`, on whichever thread does that: so `T`
+/// must be `Send`, and that is all the owner-only family needs — [`with_own`](Self::with_own),
+/// [`get_own`](Self::get_own) and their variants reach the calling OS thread's own instance, which
+/// no other thread can reach without `Sync`. Per-rank state other threads read goes behind a
+/// `Mutex`, `RwLock` or atomics; state only its own thread touches can be a `RefCell` or `Cell`
+/// with the owner-only family (dropped at its thread's exit, as std's `thread_local!` does).
 ///
 /// ```compile_fail
 /// // `Cell` is not `Sync`: a delegate on another thread could race the owner through `&Cell`
 /// let counts: ranklocal::RankLocal<std::cell::Cell<u32>> = ranklocal::RankLocal::new();
 /// counts.get().set(1);
+/// ```
+/// ```
+/// // the owner-only twin: the calling thread's own instance, never another thread's
+/// let counts: ranklocal::RankLocal<std::cell::Cell<u32>> = ranklocal::RankLocal::new();
+/// counts.get_own().set(1);
+/// assert_eq!(counts.with_own(|c| c.get()), 1);
 /// ```
 /// ```
 /// // the thread-safe twin
@@ -580,7 +590,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 }
 
 impl<T: Send, B: Backend> RankLocal<T, B> {
-    /// Number of ranks with an instance.
+    /// Number of ranks with an instance not yet freed. A value that its thread's exit dropped
+    /// (see [`with_own`](Self::with_own)) leaves its slot counted until a sweep, `iter` or a
+    /// `&mut` call frees it (or a first touch of the rank fills it again).
     ///
     /// ```
     /// use ranklocal::{on_behalf_of, Rank, RankLocal};
