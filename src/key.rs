@@ -344,6 +344,19 @@ impl<T: Send + 'static> RankLocalKey<T> {
 
     /// This OS thread's own instance if it exists, as a `&'static T`; never creates one (see
     /// [`RankLocal::try_get_own`]).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::cell::Cell;
+    ///
+    /// rank_local! {
+    ///     static SEEN: Cell<bool> = const { Cell::new(false) };
+    /// }
+    ///
+    /// assert!(SEEN.try_get_own().is_none());
+    /// SEEN.with_own(|s| s.set(true));
+    /// assert_eq!(SEEN.try_get_own().map(Cell::get), Some(true));
+    /// ```
     #[inline]
     pub fn try_get_own(&'static self) -> Option<&'static T> {
         let p = self.slot.with(Cell::get);
@@ -381,6 +394,19 @@ impl<T: Send + 'static> RankLocalKey<T> {
 
     /// This OS thread's own instance lent to `f` if it exists, else `None` (see
     /// [`RankLocal::try_with_own`]).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::cell::RefCell;
+    ///
+    /// rank_local! {
+    ///     static BUF: RefCell<String> = RefCell::new(String::new());
+    /// }
+    ///
+    /// assert_eq!(BUF.try_with_own(|b| b.borrow().len()), None); // nothing created
+    /// BUF.with_own(|b| b.borrow_mut().push_str("hi"));
+    /// assert_eq!(BUF.try_with_own(|b| b.borrow().len()), Some(2));
+    /// ```
     #[inline]
     pub fn try_with_own<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R> {
         self.inner.0.try_with_own(f)

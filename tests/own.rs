@@ -452,3 +452,54 @@ fn debug_shows_the_own_value_only<B: Backend>() {
         "{shown}"
     );
 }
+
+static KEY_SINK: AtomicUsize = AtomicUsize::new(0);
+
+/// A `rank_local!` value that is `Send` but not `Sync`, flushed when dropped.
+struct KeyTally(Cell<usize>);
+
+impl Drop for KeyTally {
+    fn drop(&mut self) {
+        KEY_SINK.fetch_add(self.0.get(), SeqCst);
+    }
+}
+
+ranklocal::rank_local! {
+    static KEY_SPANS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    static KEY_TALLY: KeyTally = KeyTally(Cell::new(0));
+}
+
+/// `rank_local!` takes a `RefCell`/`Cell` value (issue 28: rejected before) and its key has the
+/// family: the OS thread's own instance also inside `on_behalf_of`, dropped at exit before `join`.
+#[test]
+fn a_keys_own_family_and_exit_drop() {
+    KEY_SPANS.with_own(|s| s.borrow_mut().push(1));
+    let job = Rank::new();
+    on_behalf_of(job.id(), || KEY_SPANS.with_own(|s| s.borrow_mut().push(2)));
+    assert_eq!(*KEY_SPANS.get_own().borrow(), [1, 2]);
+    assert!(std::ptr::eq(
+        KEY_SPANS.get_own(),
+        KEY_SPANS.try_get_own().unwrap()
+    ));
+    on_behalf_of(job.id(), || {
+        assert_eq!(KEY_SPANS.try_with_own(|s| s.borrow().len()), Some(2));
+        assert_eq!(KEY_SPANS.get_own().borrow().len(), 2);
+    });
+    assert_eq!(KEY_SPANS.len(), 1, "the job got an instance");
+    assert!(format!("{KEY_SPANS:?}").ends_with("own: Some(RefCell { value: [1, 2] }) }"));
+
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            thread::spawn(|| {
+                for _ in 0..PER_THREAD {
+                    KEY_TALLY.with_own(|t| t.0.set(t.0.get() + 1));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(KEY_SINK.load(SeqCst), THREADS * PER_THREAD);
+    assert_eq!(KEY_TALLY.try_with_own(|t| t.0.get()), None);
+}
