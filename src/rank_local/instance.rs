@@ -130,7 +130,12 @@ impl<T> InstancePtr<T> {
     #[inline]
     pub(super) unsafe fn escape(self) -> bool {
         // SAFETY: the caller's contract (I32, I33).
-        unsafe { self.upgrade(ESCAPED) }
+        let st = unsafe { self.state() };
+        // Acquire: as in `upgrade`. An escaped instance (every hit of a map lookup after the
+        // first) costs one load and no call.
+        st.load(Ordering::Acquire) == ESCAPED
+            // SAFETY: the caller's contract (I32, I33).
+            || unsafe { self.upgrade(ESCAPED) }
     }
 
     /// Makes the instance usable by a scoped reader: SCOPED and ESCAPED stay, OWNED moves to
@@ -142,7 +147,11 @@ impl<T> InstancePtr<T> {
     #[inline]
     pub(super) unsafe fn scope(self) -> bool {
         // SAFETY: the caller's contract (I32, I33).
-        unsafe { self.upgrade(SCOPED) }
+        let st = unsafe { self.state() };
+        // Acquire: as in `upgrade`. The usual states cost one load and no call.
+        matches!(st.load(Ordering::Acquire), SCOPED | ESCAPED)
+            // SAFETY: the caller's contract (I32, I33).
+            || unsafe { self.upgrade(SCOPED) }
     }
 
     /// The CAS loop of [`escape`](Self::escape) (`to` = ESCAPED) and [`scope`](Self::scope)
@@ -150,7 +159,8 @@ impl<T> InstancePtr<T> {
     ///
     /// # Safety
     /// As for [`state`](Self::state).
-    #[inline]
+    #[cold]
+    #[inline(never)]
     unsafe fn upgrade(self, to: usize) -> bool {
         // SAFETY: the caller's contract (I32, I33).
         let st = unsafe { self.state() };
