@@ -74,7 +74,7 @@
 //!
 //! A `RankLocal` needs `T: Send` (whichever thread frees an instance drops it): an `Rc` is
 //! rejected, in a `RankLocal` as in a `rank_local!` static. A `Cell` or `RefCell` is `Send`, so
-//! both take one (issue 28): a `static RankLocal<Cell<u32>>` is `Sync`.
+//! both take one: a `static RankLocal<Cell<u32>>` is `Sync`.
 //!
 //! ```compile_fail,E0599
 //! use ranklocal::RankLocal;

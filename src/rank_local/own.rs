@@ -195,7 +195,7 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, p: Erased) {
     drop(value);
 }
 
-/// The owner-only family (SPEC item 14): `T: Send` only.
+/// The owner-only family: `T: Send` only.
 impl<T: Send, B: Backend> RankLocal<T, B> {
     /// This OS thread's own instance, created with `T::default()` on first use, as a `&T` that
     /// lives as long as the `RankLocal`. Unlike [`get`](Self::get) it ignores
