@@ -1002,7 +1002,7 @@ fn exit_drop_while_a_delegate_reads<B: Backend>() {
 fn m19_exit_drop_while_a_delegate_reads_epoch() {
     model(
         "m19 exit drop while a delegate reads (epoch)",
-        5_000,
+        10_000,
         0b11,
         exit_drop_while_a_delegate_reads::<Epoch>,
     );
@@ -1012,7 +1012,7 @@ fn m19_exit_drop_while_a_delegate_reads_epoch() {
 fn m19b_exit_drop_while_a_delegate_reads_baseline() {
     model(
         "m19b exit drop while a delegate reads (baseline)",
-        9_000,
+        18_000,
         0b11,
         exit_drop_while_a_delegate_reads::<Baseline>,
     );
