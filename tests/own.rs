@@ -102,6 +102,13 @@ fn own_inside_on_behalf_of_is_the_os_threads_own<B: Backend>() {
         assert_eq!(rl.try_with_own(Cell::get), Some(2));
     });
     assert_eq!(rl.len(), 1, "the job got an instance");
+    // the initializer runs as the rank it builds for, the thread's own
+    let built_as = RankLocal::<Cell<Option<RankId>>, B>::new();
+    on_behalf_of(job.id(), || {
+        built_as.with_own_or(|| Cell::new(Some(RankId::current())), |_| ());
+        built_as.get_own_or(|| unreachable!("exists"));
+    });
+    assert_eq!(built_as.with_own(Cell::get), Some(RankId::this_thread()));
     // a delegate of this thread's rank, on another thread, reaches *its* own instance
     let me = RankId::current();
     thread::scope(|s| {

@@ -195,6 +195,16 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, p: Erased) {
     drop(value);
 }
 
+/// Runs `init` as `rank` (the thread's own), also inside another rank's `on_behalf_of`: an
+/// instance is built as the rank it is for, as it is dropped as that rank (I10).
+fn as_own<T>(rank: u64, init: impl FnOnce() -> T) -> T {
+    if identity::current_raw() == rank {
+        init()
+    } else {
+        crate::delegation::on_behalf_of(identity::RankId::from_raw(rank), init)
+    }
+}
+
 /// The owner-only family: `T: Send` only.
 impl<T: Send, B: Backend> RankLocal<T, B> {
     /// This OS thread's own instance, created with `T::default()` on first use, as a `&T` that
@@ -260,7 +270,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             }
             rank
         };
-        let init = || Ok::<T, core::convert::Infallible>(init());
+        let init = || Ok::<T, core::convert::Infallible>(as_own(rank, init));
         let Ok(lent) = self.insert(rank, init, Access::Escaped);
         let p = lent.p;
         cache::store(self.uid_or_assign(), rank, p.erased());
@@ -410,7 +420,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             return None; // no id yet: no map holds an instance of it
         }
         let rank = identity::own_raw();
-        let init = init.map(|init| || Ok::<T, core::convert::Infallible>(init()));
+        let init = init.map(|init| move || Ok::<T, core::convert::Infallible>(as_own(rank, init)));
         if identity::own_alive() {
             let found = if fresh { None } else { B::get(&self.map, rank) };
             let p = match found {
