@@ -5,7 +5,7 @@
 //! Shared by both through `#[path]`; not part of the crate.
 #![allow(dead_code)]
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::hint::black_box;
@@ -40,6 +40,27 @@ rank_local! {
 
 /// A `static RankLocal` (the object form in a static), for `get` against `with`.
 pub static STATIC: RankLocal<u64> = RankLocal::new();
+
+rank_local! {
+    /// The macro form of an owner-only `RefCell` counter (`with_own`).
+    pub static MACRO_CELL: RefCell<u64> = const { RefCell::new(0) };
+}
+
+/// A `static RankLocal` of an owner-only `RefCell` counter.
+pub static STATIC_CELL: RankLocal<RefCell<u64>> = RankLocal::new();
+
+std::thread_local! {
+    /// std's form of the same counter (`with_borrow_mut`).
+    static STD_CELL: RefCell<u64> = const { RefCell::new(0) };
+}
+
+/// One `RefCell` counter bump, as every arm of the "owner RefCell counter" group does it.
+#[inline(always)]
+fn bump(c: &RefCell<u64>) -> u64 {
+    let mut c = c.borrow_mut();
+    *c += 1;
+    *c
+}
 
 std::thread_local! {
     /// The floor: a raw `thread_local!` holding a pointer to this thread's value.
@@ -81,6 +102,11 @@ pub struct World {
     pub tl_crate: thread_local::ThreadLocal<u64>,
     /// Four more, for one thread using several at once.
     pub tl_several: [thread_local::ThreadLocal<u64>; 4],
+    /// Owner-only `RefCell` counters (issue 28): `with_own` only, `get_own` only, and the
+    /// `thread_local` crate's.
+    pub own_cell: RankLocal<RefCell<u64>, Epoch>,
+    pub own_cell_get: RankLocal<RefCell<u64>, Epoch>,
+    pub tl_cell: thread_local::ThreadLocal<RefCell<u64>>,
     pub rwlock: RwLock<Map>,
     pub pl_rwlock: parking_lot::RwLock<Map>,
     pub mutex: Mutex<Map>,
@@ -98,6 +124,9 @@ impl World {
             several: Default::default(),
             tl_several: Default::default(),
             tl_crate: thread_local::ThreadLocal::new(),
+            own_cell: RankLocal::new(),
+            own_cell_get: RankLocal::new(),
+            tl_cell: thread_local::ThreadLocal::new(),
             rwlock: RwLock::default(),
             pl_rwlock: parking_lot::RwLock::default(),
             mutex: Mutex::default(),
@@ -147,6 +176,11 @@ impl World {
     pub fn touch_own(&self) {
         self.touch(RankId::this_thread());
         self.tl_crate.get_or(|| 1);
+        self.own_cell.with_own(|_| ());
+        self.own_cell_get.get_own();
+        self.tl_cell.get_or_default();
+        MACRO_CELL.with_own(|_| ());
+        STATIC_CELL.with_own(|_| ());
         MACRO.get();
         STATIC.get();
         for rl in &self.several {
@@ -228,6 +262,12 @@ pub fn lookup_arms() -> Vec<Arm> {
         "owner with (scoped)", "static RankLocal<Epoch>: with" => |w, t, i| black_box(&STATIC).with(|v| *v);
         "owner with (scoped)", "rank_local!: get" => |w, t, i| *MACRO.get();
         "owner with (scoped)", "rank_local!: with" => |w, t, i| MACRO.with(|v| *v);
+        "owner RefCell counter", "std thread_local! (floor)" => |w, t, i| STD_CELL.with_borrow_mut(|c| { *c += 1; *c });
+        "owner RefCell counter", "thread_local crate" => |w, t, i| bump(w.tl_cell.get_or_default());
+        "owner RefCell counter", "RankLocal<Epoch>: with_own" => |w, t, i| w.own_cell.with_own(bump);
+        "owner RefCell counter", "RankLocal<Epoch>: get_own" => |w, t, i| bump(w.own_cell_get.get_own());
+        "owner RefCell counter", "static RankLocal: with_own" => |w, t, i| black_box(&STATIC_CELL).with_own(bump);
+        "owner RefCell counter", "rank_local!: with_own" => |w, t, i| MACRO_CELL.with_own(bump);
         "delegated with_for (scoped)", "RankLocal<Epoch>: get_for" => |w, t, i| lookup(&w.epoch, rr(w, t, i));
         "delegated with_for (scoped)", "RankLocal<Epoch>: with_for" => |w, t, i| w.epoch.with_for(rr(w, t, i), |v| *v).unwrap();
         "delegated with_for (scoped)", "RankLocal<ArcSwap>: with_for" => |w, t, i| w.arc_swap.with_for(rr(w, t, i), |v| *v).unwrap();

@@ -973,8 +973,106 @@ fn m18_held_iterator_while_a_first_touch_needs_a_new_leaf_epoch() {
     );
 }
 
+/// 19. The exit drop (I39): the owner's `with_own` made an OWNED instance; its exit work races a
+///     delegate's `with_for` of its rank on another thread. Exactly one of the reader's upgrade
+///     (OWNED → SCOPED) and the exit work's CAS (OWNED → EXITING) wins: either the reader reads
+///     the live value and a sweep drops it after the exit, or the exit drops it and the reader
+///     sees none; never a value the exit work moved out (the canary's cell, written by its drop,
+///     and its `Track` catch a read after the drop, a double drop and a leak).
+fn exit_drop_while_a_delegate_reads<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    assert_eq!(rl.with_own(Canary::look), 5);
+    let id = RankId::this_thread();
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || rl.with_for(id, Canary::look))
+    };
+    ranklocal::__loom_exit_thread(); // the owner's exit: its exit work, then its exit
+    let a = reader.join().unwrap();
+    assert!(a.is_none() || a == Some(5), "read a dropped value: {a:?}");
+    // 1: the reader moved it on first (a sweep drops it); 2: the exit dropped it
+    outcome(if a.is_some() { 1 } else { 2 });
+    rl.reclaim_exited();
+    assert!(
+        rl.with_for(id, Canary::look).is_none(),
+        "the value came back"
+    );
+}
+
+#[test]
+fn m19_exit_drop_while_a_delegate_reads_epoch() {
+    model(
+        "m19 exit drop while a delegate reads (epoch)",
+        10_000,
+        0b11,
+        exit_drop_while_a_delegate_reads::<Epoch>,
+    );
+}
+
+#[test]
+fn m19b_exit_drop_while_a_delegate_reads_baseline() {
+    model(
+        "m19b exit drop while a delegate reads (baseline)",
+        18_000,
+        0b11,
+        exit_drop_while_a_delegate_reads::<Baseline>,
+    );
+}
+
+/// 20. The exit drop (I39) races the `RankLocal`'s drop on another thread (the last `Arc`): the
+///     gate arbitrates. Either the exit work moved the value out first (and the drop waits for
+///     it to be dropped, then frees the tombstone without dropping it again) or the drop closed
+///     the gate first (and drops the value itself); exactly once either way (`Track`).
+fn exit_drop_while_the_rank_local_is_dropped<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let by_exit = Arc::new(AtomicUsize::new(0));
+    let rl = Arc::new(RankLocal::<Marked, B>::new());
+    let me = RankId::this_thread();
+    rl.with_own_or(
+        || Marked {
+            owner: me,
+            by_exit: by_exit.clone(),
+            _track: Track::new(()),
+        },
+        |_| (),
+    );
+    let dropper = thread::spawn(move || drop(rl));
+    ranklocal::__loom_exit_thread();
+    dropper.join().unwrap();
+    // 1: dropped by the exit work; 2: by the map's drop
+    outcome(1 << by_exit.load(Ordering::SeqCst));
+}
+
+/// A value that records whether its own thread's exit work dropped it.
+struct Marked {
+    owner: RankId,
+    by_exit: Arc<AtomicUsize>,
+    _track: Track<()>,
+}
+
+impl Drop for Marked {
+    fn drop(&mut self) {
+        if RankId::this_thread() == self.owner {
+            self.by_exit.store(0, Ordering::SeqCst);
+        } else {
+            self.by_exit.store(1, Ordering::SeqCst);
+        }
+    }
+}
+
+#[test]
+fn m20_exit_drop_while_the_rank_local_is_dropped_epoch() {
+    model(
+        "m20 exit drop while the RankLocal is dropped (epoch)",
+        20,
+        0b11,
+        exit_drop_while_the_rank_local_is_dropped::<Epoch>,
+    );
+}
+
 loom::thread_local! {
-    /// `true` while this loom thread runs inside an outer scoped read (model 19's `with_for`).
+    /// `true` while this loom thread runs inside an outer scoped read (model 21's `with_for`).
     static INSIDE_READ: std::cell::Cell<bool> = std::cell::Cell::new(false);
 }
 
@@ -1000,7 +1098,7 @@ impl Drop for NotInRead {
     }
 }
 
-/// 19. A first touch nested in an outer scoped read (`with_for` of a kept rank) while another
+/// 21. A first touch nested in an outer scoped read (`with_for` of a kept rank) while another
 ///     thread sweeps an exited rank's scoped instance and helps its grace period along: the
 ///     nested first touch's own sweep may find the batch ready, but frees nothing while the
 ///     outer read's pin is held (a value's `Drop` may wait for a grace period, which waits for
@@ -1043,16 +1141,16 @@ fn first_touch_inside_a_read<B: Backend>() {
 }
 
 #[test]
-fn m19_first_touch_inside_a_read_frees_nothing_epoch() {
+fn m21_first_touch_inside_a_read_frees_nothing_epoch() {
     model(
-        "m19 a first touch nested in an outer read frees nothing (epoch)",
+        "m21 a first touch nested in an outer read frees nothing (epoch)",
         135_000,
         0b1,
         first_touch_inside_a_read::<Epoch>,
     );
 }
 
-/// 20. `get`'s lookup of the thread's own rank takes no pin: it looks the map up under the writer
+/// 22. `get`'s lookup of the thread's own rank takes no pin: it looks the map up under the writer
 ///     lock when that is free, and escapes what it finds before it lets go (a pin only if another
 ///     thread holds the lock). Under loom a thread's own rank counts as exited, so another
 ///     thread's sweep may take its scoped instance: `get` returns that instance, escaped (then
@@ -1081,9 +1179,9 @@ fn own_lookup_races_a_sweep<B: Backend>() {
 }
 
 #[test]
-fn m20_own_lookup_without_a_pin_races_a_sweep_epoch() {
+fn m22_own_lookup_without_a_pin_races_a_sweep_epoch() {
     model(
-        "m20 an own-rank lookup under the free writer lock races a sweep (epoch)",
+        "m22 an own-rank lookup under the free writer lock races a sweep (epoch)",
         270,
         0b11,
         own_lookup_races_a_sweep::<Epoch>,

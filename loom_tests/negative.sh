@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Negative controls for the loom suite: plant a known bug in a scratch copy of the crate and check
 # that the named model catches it. A model that stops exploring, or a canary that stops being read,
-# makes this fail. Usage: bash loom_tests/negative.sh
+# makes this fail. Usage: bash loom_tests/negative.sh (ONLY=REGEX runs the controls whose name matches)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -34,13 +34,18 @@ controls=(
   "a first touch fills a published leaf with a Relaxed store#src/trie/node.rs#s/        self.0.store(p.as_ptr(), Ordering::Release);/        self.0.store(p.as_ptr(), Ordering::Relaxed);/#m15_fill_in_place_while_reading_epoch#Causality violation"
   "a first touch hangs a new leaf with a Relaxed store#src/trie/mod.rs#s/                    slot.fill(hung);/                    slot.set(Some(hung));/#m17_hang_in_place_while_reading_epoch#Causality violation"
   "a leaf is hung under a node of a held snapshot (off by one)#src/trie/mod.rs#s/                    if n.birth <= frozen {/                    if n.birth < frozen {/#m18_held_iterator_while_a_first_touch_needs_a_new_leaf_epoch#the held iterator saw a later first touch"
-  "a first touch inside an outer read frees what its sweep found ready#src/rank_local/reclaim.rs#s/        if sw.batches.is_empty() || collector::is_pinned() {/        if sw.batches.is_empty() {/#m19_first_touch_inside_a_read_frees_nothing_epoch#dropped inside an outer scoped read"
-  "a lookup under the free writer lock does not escape what it hands out#src/rank_local/mod.rs#s/        if escape {/        if false \&\& escape {/#m20_own_lookup_without_a_pin_races_a_sweep_epoch#Causality violation\\|an escaped instance was swept"
+  "a first touch inside an outer read frees what its sweep found ready#src/rank_local/reclaim.rs#s/        if sw.batches.is_empty() || collector::is_pinned() {/        if sw.batches.is_empty() {/#m21_first_touch_inside_a_read_frees_nothing_epoch#dropped inside an outer scoped read"
+  "a lookup under the free writer lock does not escape what it hands out#src/rank_local/mod.rs#s/        if escape \&\& !unsafe { p.escape() } {/        if false \&\& escape \&\& !unsafe { p.escape() } {/#m22_own_lookup_without_a_pin_races_a_sweep_epoch#Causality violation\\|an escaped instance was swept"
   "init does not wait for another thread's claim#src/rank_local/init.rs#s/None => break,/_ => break,/#m7a_first_touch_same_rank_owner_and_delegate_baseline#init ran twice"
+  "a scoped reader uses an OWNED value without moving it on (the exit drops it under the read)#src/rank_local/instance.rs#s/                SCOPED if to == SCOPED => return true,/                SCOPED | OWNED if to == SCOPED => return true,/#m19_exit_drop_while_a_delegate_reads_epoch#Causality violation"
+  "the map's drop neither closes nor empties the gate (the exit work touches a freed instance)#src/rank_local/own.rs#s/^    s.alive = false;$/    let _ = s.alive;/; s/^    s.owned.clear();$/    let _ = \&s.owned;/#m20_exit_drop_while_the_rank_local_is_dropped_epoch#Causality violation\\|SIGSEGV\\|rt\/object.rs\\|leaked"
 )
 failed=0
 for c in "${controls[@]}"; do
   IFS='#' read -r name file expr model expect <<<"$c"
+  if [[ -n "${ONLY:-}" && ! "$name" =~ $ONLY ]]; then
+    continue
+  fi
   rm -rf "$scratch/crate" && mkdir -p "$scratch/crate"
   cp -r Cargo.toml Cargo.lock src loom_tests README.md papers "$scratch/crate/"
   # benches/ and benches/peers/ are workspace members (the criterion crate, peers): copy their

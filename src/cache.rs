@@ -221,6 +221,11 @@ pub(crate) const OWNER_TAG: u64 = 1 << 63;
 /// under that pin (I34).
 pub(crate) const PINNED_TAG: u64 = 1 << 62;
 
+/// Tag of an entry filled by `with_own`/`try_with_own` for the thread's own, live rank (both tag
+/// bits): usable without a pin, like an owner entry (I34), but apart from it, so that the first
+/// rank-aware `with` of an instance only `with_own` reached misses and upgrades it (I39).
+pub(crate) const OWN_TAG: u64 = OWNER_TAG | PINNED_TAG;
+
 /// Empties this thread's cache. Called by the thread's exit hook (I34); the cache has no
 /// destructor, so this works while the thread exits (I23).
 pub(crate) fn wipe() {

@@ -56,7 +56,7 @@ pub(crate) fn registered() -> bool {
 /// up without a participant pins after [`UNPINNED_LOOKUPS`] such lookups: its registration's walk
 /// is then paid once against many lookups, and its misses go back to the lock-free path. Under
 /// loom every thread counts as registered, so the models keep checking the pinned read path they
-/// were written for (m20 checks the lookup under the writer lock).
+/// were written for (m22 checks the lookup under the writer lock).
 #[inline]
 pub(crate) fn prefers_pin() -> bool {
     cfg!(loom)

@@ -70,38 +70,143 @@
 //!     -> OnBehalfOf<std::future::Ready<&'b str>> { f }
 //! ```
 //!
-//! # Values that are not thread-safe are rejected (I7)
+//! # Values that are not `Send` are rejected; values that are not `Sync` stay on their thread (I7, I39)
 //!
-//! ```compile_fail,E0277
-//! use ranklocal::RankLocal;
-//! static V: RankLocal<std::cell::Cell<u32>> = RankLocal::new();
-//! ```
-//! ```compile_fail,E0277
-//! use ranklocal::RankLocal;
-//! static V: RankLocal<std::cell::RefCell<u32>> = RankLocal::new();
-//! ```
+//! A `RankLocal` needs `T: Send` (whichever thread frees an instance drops it): an `Rc` is
+//! rejected, in a `RankLocal` as in a `rank_local!` static. A `Cell` or `RefCell` is `Send`, so
+//! both take one: a `static RankLocal<Cell<u32>>` is `Sync`.
+//!
 //! ```compile_fail,E0599
 //! use ranklocal::RankLocal;
 //! let v = RankLocal::<std::rc::Rc<u32>>::new(); // no `new`: its bounds are not met
-//! ```
-//! ```
-//! use ranklocal::RankLocal;
-//! static V: RankLocal<std::sync::atomic::AtomicU32> = RankLocal::new();
-//! static W: RankLocal<std::sync::Mutex<u32>> = RankLocal::new();
-//! let v = RankLocal::<std::sync::Arc<u32>>::new();
-//! ```
-//!
-//! ```compile_fail,E0277
-//! ranklocal::rank_local! { static V: std::cell::Cell<u32> = std::cell::Cell::new(0); }
 //! ```
 //! ```compile_fail,E0277
 //! ranklocal::rank_local! { static V: std::rc::Rc<u32> = std::rc::Rc::new(0); }
 //! ```
 //! ```
+//! use ranklocal::RankLocal;
+//! static V: RankLocal<std::cell::Cell<u32>> = RankLocal::new();
+//! static W: RankLocal<std::cell::RefCell<u32>> = RankLocal::new();
+//! static X: RankLocal<std::sync::atomic::AtomicU32> = RankLocal::new();
+//! let v = RankLocal::<std::sync::Arc<u32>>::new();
 //! ranklocal::rank_local! {
-//!     static V: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-//!     static W: std::sync::Arc<u32> = std::sync::Arc::new(0);
+//!     static C: std::cell::Cell<u32> = std::cell::Cell::new(0);
+//!     static A: std::sync::Arc<u32> = std::sync::Arc::new(0);
 //! }
+//! V.with_own(|v| v.set(1));
+//! C.with_own(|c| c.set(1));
+//! ```
+//!
+//! What can hand a value to another thread than its owner's needs `T: Sync` ([`SyncValue`]):
+//! each of these fails for a `Cell` and compiles, in its twin, with the owner-only method (or a
+//! `Sync` value) in its place.
+//!
+//! [`SyncValue`]: crate::SyncValue
+//!
+//! ```compile_fail,E0277
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! rl.get().set(1);
+//! ```
+//! ```
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! rl.get_own().set(1);
+//! ```
+//! ```compile_fail,E0277
+//! let rl = ranklocal::RankLocal::<std::cell::RefCell<u32>>::new();
+//! rl.with(|v| *v.borrow_mut() += 1);
+//! ```
+//! ```
+//! let rl = ranklocal::RankLocal::<std::cell::RefCell<u32>>::new();
+//! rl.with_own(|v| *v.borrow_mut() += 1);
+//! ```
+//! ```compile_fail,E0277
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! let me = ranklocal::RankId::current();
+//! std::thread::scope(|s| { s.spawn(|| rl.get_for(me).map(|c| c.get())); });
+//! ```
+//! ```
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! std::thread::scope(|s| { s.spawn(|| rl.try_get_own().map(|c| c.get())); });
+//! ```
+//! ```compile_fail,E0277
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! let me = ranklocal::RankId::current();
+//! std::thread::scope(|s| { s.spawn(|| rl.with_for(me, |c| c.get())); });
+//! ```
+//! ```
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! std::thread::scope(|s| { s.spawn(|| rl.try_with_own(|c| c.get())); });
+//! ```
+//! ```compile_fail,E0277
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! let total: u32 = rl.iter().map(|(_, c)| c.get()).sum();
+//! ```
+//! ```
+//! let mut rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! let total: u32 = rl.iter_mut().map(|(_, c)| c.get()).sum();
+//! ```
+//! ```compile_fail,E0277
+//! // a delegate on another thread would race the owner through `&Cell`
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! let me = ranklocal::RankId::current();
+//! std::thread::scope(|s| { s.spawn(|| ranklocal::on_behalf_of(me, || rl.get().set(2))); });
+//! ```
+//! ```
+//! // inside `on_behalf_of`, `get_own` is still the calling thread's own instance
+//! let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+//! let me = ranklocal::RankId::current();
+//! std::thread::scope(|s| { s.spawn(|| ranklocal::on_behalf_of(me, || rl.get_own().set(2))); });
+//! ```
+//!
+//! The same through a `rank_local!` key's rank-aware methods:
+//!
+//! ```compile_fail,E0277
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.get().set(1);
+//! ```
+//! ```
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.get_own().set(1);
+//! ```
+//! ```compile_fail,E0277
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.with(|c| c.set(1));
+//! ```
+//! ```
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.with_own(|c| c.set(1));
+//! ```
+//! ```compile_fail,E0277
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.get_for(ranklocal::RankId::current());
+//! ```
+//! ```
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.try_get_own();
+//! ```
+//! ```compile_fail,E0277
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.with_for(ranklocal::RankId::current(), |c| c.get());
+//! ```
+//! ```
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.try_with_own(|c| c.get());
+//! ```
+//! ```compile_fail,E0277
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! let n = C.iter().count();
+//! ```
+//! ```
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! let n = C.len();
+//! ```
+//! ```compile_fail,E0277
+//! ranklocal::rank_local! { static C: std::cell::Cell<u32> = std::cell::Cell::new(0); }
+//! C.for_each(|_, c| c.set(0));
+//! ```
+//! ```
+//! ranklocal::rank_local! { static C: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0); }
+//! C.for_each(|_, c| c.store(0, std::sync::atomic::Ordering::Relaxed));
 //! ```
 //!
 //! # A key cannot be built around a hand-made slot (I8)
@@ -132,8 +237,8 @@
 /// `Iter` yields `&T`s, so like `slice::Iter` it may cross threads when `&T` may: when `T: Sync`.
 /// It holds a count on its snapshot, not an epoch pin (I15), which any thread may give up, so the
 /// backend iterators are `Send` and `Sync` (the `Epoch` one by an `unsafe impl`, argued there):
-/// an `Iter` can be held across an `.await` in a `tokio::spawn`ed task. A `RankLocal` only ever
-/// holds `T: Send + Sync`, so the twin names the type with a `!Sync` `T` directly.
+/// an `Iter` can be held across an `.await` in a `tokio::spawn`ed task. `iter` needs
+/// `T: SyncValue`, so the twin names the type with a `!Sync` `T` directly.
 ///
 /// ```
 /// fn assert_send_sync<T: Send + Sync>(_: &T) {}

@@ -11,9 +11,9 @@ use core::ptr::NonNull;
 pub struct Erased(NonNull<()>);
 
 // SAFETY: an `Erased` is only a pointer value; it is dereferenced solely by the `RankLocal<T, _>`
-// that created it (I5), and that type is `Sync` only when `T: Send + Sync` and `Send` only when
-// `T: Send` (I7), so moving or sharing the pointer value between threads cannot let a `T` reach a
-// thread that `T`'s own bounds forbid.
+// that created it (I5), and that type is `Sync` and `Send` only when `T: Send`, its methods that
+// hand a `&T` to another thread than the owner's need `T: Sync` (I7), so moving or sharing the
+// pointer value between threads cannot let a `T` reach a thread that `T`'s own bounds forbid.
 unsafe impl Send for Erased {}
 // SAFETY: as for `Send` above (I7).
 unsafe impl Sync for Erased {}

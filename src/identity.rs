@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 use crate::primitive::{
     global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering,
 };
+use crate::rank_local::Gate;
 
 /// A rank's identity: one per OS thread, unique for the life of the process and never reused,
 /// even after the thread exits (as PyTorch's `RecordFunction::currentThreadId()`).
@@ -371,6 +372,12 @@ pub(crate) fn acting_as_self() -> bool {
     STATE.with(|s| s.current.get() == s.own.get())
 }
 
+/// This thread's own id, or 0 if it has none yet (a thread-cache lookup with rank 0 misses).
+#[inline]
+pub(crate) fn own_raw_or_zero() -> u64 {
+    STATE.with(|s| s.own.get())
+}
+
 /// This thread's own id, assigned on first use.
 #[inline]
 pub(crate) fn own_raw() -> u64 {
@@ -438,9 +445,16 @@ pub(crate) fn own_alive() -> bool {
     STATE.with(|s| s.alive.get())
 }
 
-/// Dropped when the thread exits: makes its rank exited.
+/// Dropped when the thread exits: drops the values only `with_own` reached, then makes its rank
+/// exited.
 #[cfg_attr(loom, allow(dead_code))]
-struct ExitHook(u64);
+struct ExitHook {
+    id: u64,
+    /// The gates of the `RankLocal`s where this thread has an OWNED instance (I39), pruned of
+    /// closed and repeated ones when the list reaches `prune_at` (as [`Watchers`]).
+    gates: Vec<Arc<Gate>>,
+    prune_at: usize,
+}
 
 impl Drop for ExitHook {
     fn drop(&mut self) {
@@ -448,8 +462,37 @@ impl Drop for ExitHook {
         // thread-local destructors of this thread go through the pinned path.
         STATE.with(|s| s.alive.set(false));
         crate::cache::wipe();
-        exit(self.0);
+        // The values only `with_own` reached are dropped here, on this thread, before the rank's
+        // exit is delivered to any inbox (I39); a `T::drop` panic is re-raised after the exit.
+        let panic = crate::rank_local::run_exit_work(core::mem::take(&mut self.gates), self.id);
+        exit(self.id);
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
+        }
     }
+}
+
+/// Records `gate` in this thread's exit hook, so that its exit work visits the gate (I39);
+/// `false` if the thread has no hook (it is exiting, or under loom).
+pub(crate) fn add_exit_gate(gate: &Arc<Gate>) -> bool {
+    EXIT_HOOK
+        .try_with(|h| {
+            let Some(mut hook) = h.take() else {
+                return false;
+            };
+            if !hook.gates.last().is_some_and(|g| Arc::ptr_eq(g, gate)) {
+                if hook.gates.len() >= hook.prune_at {
+                    hook.gates.retain(|g| g.is_open());
+                    hook.gates.sort_unstable_by_key(|g| Arc::as_ptr(g) as usize);
+                    hook.gates.dedup_by(|a, b| Arc::ptr_eq(a, b));
+                    hook.prune_at = (2 * hook.gates.len()).max(4);
+                }
+                hook.gates.push(Arc::clone(gate));
+            }
+            h.set(Some(hook));
+            true
+        })
+        .unwrap_or(false)
 }
 
 tls! {
@@ -469,12 +512,42 @@ fn register_live(id: u64) {
     live_set().insert(id, Watchers::NEW);
     // A thread that gets its id while it is already being torn down cannot register a hook any
     // more: take it back out of LIVE right away, so it counts as exited (it is exiting).
-    if EXIT_HOOK.try_with(|h| h.set(Some(ExitHook(id)))).is_err() {
+    let hook = ExitHook {
+        id,
+        gates: Vec::new(),
+        prune_at: 4,
+    };
+    if EXIT_HOOK.try_with(|h| h.set(Some(hook))).is_err() {
         exit(id);
     } else {
         // The hook is registered: the rank stays live until it runs (I35).
         STATE.with(|s| s.alive.set(true));
     }
+}
+
+/// Loom only: makes the calling loom thread's own rank live with an exit hook, as a normal build
+/// does at its first use (under loom thread liveness is not tracked, see [`register_live`]), so
+/// that a model can run the owner-only path and the exit work (I39). Not public API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn __loom_register_thread() {
+    let id = own_raw();
+    live_set().insert(id, Watchers::NEW);
+    let hook = ExitHook {
+        id,
+        gates: Vec::new(),
+        prune_at: 4,
+    };
+    EXIT_HOOK.with(|h| h.set(Some(hook)));
+    STATE.with(|s| s.alive.set(true));
+}
+
+/// Loom only: runs the calling loom thread's exit hook now, as its thread-local destructors
+/// would: the exit work, then the exit (I39). Not public API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn __loom_exit_thread() {
+    drop(EXIT_HOOK.with(Cell::take));
 }
 
 /// Keeps in `ranks` only those that have exited. Takes [`LIVE`] for a few dozen ranks at a time,

@@ -5,7 +5,7 @@ use core::cell::Cell;
 
 use crate::identity::{self, RankId};
 use crate::primitive::LocalKey;
-use crate::rank_local::{Iter, RankLocal};
+use crate::rank_local::{Iter, RankLocal, SyncValue};
 
 /// A rank-local static declared with [`rank_local!`](crate::rank_local); use it like a
 /// `std::thread::LocalKey`, but with `'static` references and delegation.
@@ -22,40 +22,42 @@ pub struct RankLocalKey<T: 'static> {
     init: fn() -> T,
 }
 
-// SAFETY: a `KeyStorage<T>` only exists if `T: RankLocalValue`, i.e. `T: Send + Sync` (its only
+// SAFETY: a `KeyStorage<T>` only exists if `T: RankLocalValue`, i.e. `T: Send` (its only
 // constructor requires it), so every `RankLocalKey<T>` refers to a `RankLocal<T>` that is `Sync`
-// (I7) and to a slot only its own thread reads (I8). Declared without the bound so that a `!Sync`
-// `T` in `rank_local!` gives one readable error instead of one more per item of the expansion.
+// (I7) and to a slot only its own thread reads (I8); the methods that hand a `&T` to another
+// thread require `T: SyncValue` themselves. Declared without the bound so that a `!Send` `T` in
+// `rank_local!` gives one readable error instead of one more per item of the expansion.
 unsafe impl<T: 'static> Sync for RankLocalKey<T> {}
 
 /// The `RankLocal` of one `rank_local!` static, in a `static` of its own. Not public API.
 #[doc(hidden)]
 pub struct KeyStorage<T>(RankLocal<T>);
 
-// SAFETY: only `KeyStorage::new` builds one, and it requires `T: Send + Sync`, which makes the
+// SAFETY: only `KeyStorage::new` builds one, and it requires `T: Send`, which makes the
 // `RankLocal<T>` inside `Sync` (I7). Unbounded for the same one-error reason as `RankLocalKey`.
 unsafe impl<T> Sync for KeyStorage<T> {}
 
 impl<T: RankLocalValue> KeyStorage<T> {
-    /// Empty storage for one `rank_local!` static; the check that its type is `Send + Sync`.
+    /// Empty storage for one `rank_local!` static; the check that its type is `Send`.
     #[allow(clippy::new_without_default)] // only the macro builds one, in a `static`
     pub const fn new() -> Self {
         KeyStorage(RankLocal::new())
     }
 }
 
-/// What [`rank_local!`](crate::rank_local) requires of its values: `Send + Sync`, as
-/// [`RankLocal`] does (a delegate on another thread reads the value through `&T`, and whichever
-/// thread drops the `RankLocal` drops it). Implemented for every such type.
+/// What [`rank_local!`](crate::rank_local) requires of its values: `Send`, as [`RankLocal`] does
+/// (whichever thread frees an instance drops it). The methods that can hand a value to another
+/// thread (`get`, `with`, `get_for`, `iter`, ...) require [`SyncValue`](crate::SyncValue) too;
+/// the owner-only family (`with_own`, `get_own`, ...) does not. Implemented for every such type.
 #[diagnostic::on_unimplemented(
-    message = "`rank_local!` values must be `Send + Sync`: `{Self}` is not",
-    label = "a `rank_local!` value must be `Send + Sync`",
-    note = "a delegate thread reads the value through `&T`: use a thread-safe type (a `Mutex`, an \
-            atomic, ...) instead of `Cell`, `RefCell` or `Rc`"
+    message = "`rank_local!` values must be `Send`: `{Self}` is not",
+    label = "a `rank_local!` value must be `Send`",
+    note = "whichever thread frees an instance drops it: use a `Send` type (an `Arc` instead of an \
+            `Rc`, ...)"
 )]
-pub trait RankLocalValue: Send + Sync + 'static {}
+pub trait RankLocalValue: Send + 'static {}
 
-impl<T: Send + Sync + 'static> RankLocalValue for T {}
+impl<T: Send + 'static> RankLocalValue for T {}
 
 impl<T: 'static> RankLocalKey<T> {
     /// Builds the key of one `rank_local!` static. Not public API: only the macro calls it.
@@ -73,7 +75,7 @@ impl<T: 'static> RankLocalKey<T> {
     }
 }
 
-impl<T: Send + Sync + 'static> RankLocalKey<T> {
+impl<T: Send + 'static> RankLocalKey<T> {
     /// The current rank's instance, created with the static's initializer on first use.
     ///
     /// ```
@@ -94,7 +96,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// As [`RankLocal::get_or`].
     #[inline]
     #[track_caller]
-    pub fn get(&'static self) -> &'static T {
+    pub fn get(&'static self) -> &'static T
+    where
+        T: SyncValue,
+    {
         let p = self.slot.with(Cell::get);
         // Non-short-circuit `&`: both reads are plain TLS loads, so one branch instead of two.
         if identity::acting_as_self() & !p.is_null() {
@@ -109,7 +114,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
 
     #[cold]
     #[track_caller]
-    fn get_slow(&'static self) -> &'static T {
+    fn get_slow(&'static self) -> &'static T
+    where
+        T: SyncValue,
+    {
         crate::counters::bump!(KEY_SLOW);
         let v = self.inner.0.get_or(self.init);
         self.remember(v);
@@ -118,7 +126,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
 
     /// Fills the slot if `v` is this thread's own instance (I8).
     #[inline]
-    fn remember(&'static self, v: &'static T) {
+    fn remember(&'static self, v: &'static T)
+    where
+        T: SyncValue,
+    {
         if identity::acting_as_self() {
             self.slot.with(|s| s.set(v));
         }
@@ -139,7 +150,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// assert_eq!(LIMIT.try_get().map(|l| l.load(Ordering::Relaxed)), Some(5));
     /// ```
     #[inline]
-    pub fn try_get(&'static self) -> Option<&'static T> {
+    pub fn try_get(&'static self) -> Option<&'static T>
+    where
+        T: SyncValue,
+    {
         if identity::acting_as_self() {
             let p = self.slot.with(Cell::get);
             if !p.is_null() {
@@ -172,7 +186,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// assert!(DONE.get_for(RankId::current()).is_none());
     /// ```
     #[inline]
-    pub fn get_for(&'static self, rank: RankId) -> Option<&'static T> {
+    pub fn get_for(&'static self, rank: RankId) -> Option<&'static T>
+    where
+        T: SyncValue,
+    {
         self.inner.0.get_for(rank)
     }
 
@@ -191,7 +208,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// assert_eq!(OWNER.iter().count(), 2);
     /// assert!(OWNER.iter().all(|(rank, owner)| rank == *owner)); // built by each rank
     /// ```
-    pub fn iter(&'static self) -> Iter<'static, T, crate::Epoch> {
+    pub fn iter(&'static self) -> Iter<'static, T, crate::Epoch>
+    where
+        T: SyncValue,
+    {
         self.inner.0.iter()
     }
 
@@ -223,7 +243,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// As [`get`](Self::get).
     #[inline]
     #[track_caller]
-    pub fn with<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
+    pub fn with<R>(&'static self, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: SyncValue,
+    {
         let p = self.slot.with(Cell::get);
         if identity::acting_as_self() & !p.is_null() {
             // SAFETY: as in `get` (I8, I1): the slot only holds escaped instances (I31).
@@ -248,7 +271,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// assert_eq!(STEPS.with_for(job.id(), |s| s.load(Ordering::Relaxed)), Some(2));
     /// ```
     #[inline]
-    pub fn with_for<R>(&'static self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R> {
+    pub fn with_for<R>(&'static self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: SyncValue,
+    {
         self.inner.0.with_for(rank, f)
     }
 
@@ -268,7 +294,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// assert_eq!(RETRIES.try_with(|r| r.load(Ordering::Relaxed)), Some(1));
     /// ```
     #[inline]
-    pub fn try_with<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R> {
+    pub fn try_with<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: SyncValue,
+    {
         if identity::acting_as_self() {
             let p = self.slot.with(Cell::get);
             if !p.is_null() {
@@ -277,6 +306,110 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
             }
         }
         self.inner.0.try_with(f)
+    }
+
+    /// This OS thread's own instance, created with the static's initializer on first use, as a
+    /// `&'static T` (see [`RankLocal::get_own`]): ignores `on_behalf_of`, needs `T: Send` only.
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::cell::Cell;
+    ///
+    /// rank_local! {
+    ///     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// }
+    ///
+    /// DEPTH.get_own().set(DEPTH.get_own().get() + 1);
+    /// assert_eq!(DEPTH.get_own().get(), 1);
+    /// ```
+    ///
+    /// # Panics
+    /// As [`RankLocal::get_own`].
+    #[inline]
+    #[track_caller]
+    pub fn get_own(&'static self) -> &'static T {
+        let p = self.slot.with(Cell::get);
+        if !p.is_null() {
+            // SAFETY: the slot is this key's alone and only ever holds this thread's own,
+            // escaped instance of `self.inner`, a `static` never dropped nor mutably borrowed
+            // (I8, I1); whatever the delegation, that is the instance `get_own` returns.
+            return unsafe { &*p };
+        }
+        let v = self.inner.0.get_own_or(self.init);
+        if identity::acting_as_self() {
+            self.slot.with(|s| s.set(v)); // (I8)
+        }
+        v
+    }
+
+    /// This OS thread's own instance if it exists, as a `&'static T`; never creates one (see
+    /// [`RankLocal::try_get_own`]).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::cell::Cell;
+    ///
+    /// rank_local! {
+    ///     static SEEN: Cell<bool> = const { Cell::new(false) };
+    /// }
+    ///
+    /// assert!(SEEN.try_get_own().is_none());
+    /// SEEN.with_own(|s| s.set(true));
+    /// assert_eq!(SEEN.try_get_own().map(Cell::get), Some(true));
+    /// ```
+    #[inline]
+    pub fn try_get_own(&'static self) -> Option<&'static T> {
+        let p = self.slot.with(Cell::get);
+        if !p.is_null() {
+            // SAFETY: as in `get_own` (I8, I1).
+            return Some(unsafe { &*p });
+        }
+        self.inner.0.try_get_own()
+    }
+
+    /// This OS thread's own instance, created with the static's initializer on first use, lent
+    /// to `f` (see [`RankLocal::with_own`]): the owner-only form of `LocalKey::with`, for a
+    /// `RefCell` or a `Cell`. An instance only ever reached this way is dropped when its thread
+    /// exits, on that thread, before `join` returns.
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::cell::RefCell;
+    ///
+    /// rank_local! {
+    ///     static SPANS: RefCell<Vec<u64>> = RefCell::new(Vec::new());
+    /// }
+    ///
+    /// SPANS.with_own(|s| s.borrow_mut().push(1));
+    /// assert_eq!(SPANS.with_own(|s| s.borrow_mut().pop()), Some(1));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`RankLocal::with_own`].
+    #[inline]
+    #[track_caller]
+    pub fn with_own<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
+        self.inner.0.with_own_or(self.init, f)
+    }
+
+    /// This OS thread's own instance lent to `f` if it exists, else `None` (see
+    /// [`RankLocal::try_with_own`]).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::cell::RefCell;
+    ///
+    /// rank_local! {
+    ///     static BUF: RefCell<String> = RefCell::new(String::new());
+    /// }
+    ///
+    /// assert_eq!(BUF.try_with_own(|b| b.borrow().len()), None); // nothing created
+    /// BUF.with_own(|b| b.borrow_mut().push_str("hi"));
+    /// assert_eq!(BUF.try_with_own(|b| b.borrow().len()), Some(2));
+    /// ```
+    #[inline]
+    pub fn try_with_own<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        self.inner.0.try_with_own(f)
     }
 
     /// Number of ranks with an instance (see [`RankLocal::len`]).
@@ -327,7 +460,10 @@ impl<T: Send + Sync + 'static> RankLocalKey<T> {
     /// BYTES.for_each(|_, b| total += b.load(Ordering::Relaxed));
     /// assert_eq!(total, 7);
     /// ```
-    pub fn for_each(&'static self, f: impl FnMut(RankId, &T)) {
+    pub fn for_each(&'static self, f: impl FnMut(RankId, &T))
+    where
+        T: SyncValue,
+    {
         self.inner.0.for_each(f);
     }
 
@@ -412,7 +548,7 @@ pub mod __private {
     pub use std::thread_local;
 }
 
-impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> {
+impl<T: Send + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         core::fmt::Debug::fmt(&self.inner.0, f)
     }
@@ -444,9 +580,10 @@ impl<T: Send + Sync + core::fmt::Debug + 'static> core::fmt::Debug for RankLocal
 /// ```
 ///
 /// As in `thread_local!`, the initializer may be written `const { EXPR }`
-/// (`static N: AtomicU32 = const { AtomicU32::new(0) };`). The value type must be `Send + Sync`
-/// (a delegate on another thread reads it through `&T`); a `Cell`, `RefCell` or `Rc` is rejected
-/// with one error naming that requirement.
+/// (`static N: AtomicU32 = const { AtomicU32::new(0) };`). The value type must be `Send` (an `Rc`
+/// is rejected with one error naming that requirement); a `Cell` or `RefCell` value is reached
+/// with the owner-only family (`with_own`, `get_own`, ...), and the rank-aware methods (`get`,
+/// `with`, `get_for`, ...) need it to be `Sync` too.
 ///
 /// Hygiene: the initializer is compiled outside the block that declares the macro's helper items,
 /// so every name in it (`init`, `SLOT`, `INNER`, ...) means the caller's item.

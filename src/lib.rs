@@ -136,13 +136,17 @@
 //! (tables, plots, the commands behind every figure, and where the design loses) are in
 //! [`papers/results.md`][results] in the repository (not shipped in the published crate).
 //!
-//! # Why `T: Send + Sync`
+//! # `T: Send`, and `T: Sync` for what crosses threads
 //!
-//! A rank's instance, unlike a thread-local, is shared between threads: a delegate inside
-//! [`on_behalf_of`] reads it through `&T` while its own thread may too (`Sync`), and it is dropped
-//! or moved out on whichever thread clears, purges or drops the `RankLocal` (`Send`). The C++
-//! leaves thread safety to the caller; here the compiler checks it. Use `Mutex`, `RwLock` or
-//! atomics for mutable per-rank state; the full reasoning is on [`RankLocal`].
+//! A rank's instance, unlike a thread-local, can be shared between threads: a delegate inside
+//! [`on_behalf_of`] reads it through `&T` while its own thread may too, so every rank-aware method
+//! (`get`, `with`, `get_for`, `iter`, ...) needs `T: Sync` ([`SyncValue`]); and it is dropped or
+//! moved out on whichever thread clears, purges or drops the `RankLocal`, so `T: Send`. The
+//! owner-only family ([`RankLocal::with_own`], [`RankLocal::get_own`], ...) reaches only the
+//! calling OS thread's own instance and needs `Send` alone: `RefCell` and `Cell` work without a
+//! lock, and a value only `with_own` reached is dropped when its thread exits, on that thread, as
+//! std's `thread_local!` drops its values. The C++ leaves thread safety to the caller; here the
+//! compiler checks it. The full reasoning is on [`RankLocal`].
 //!
 //! # Features
 //!
@@ -158,9 +162,9 @@
 //! - **`std::thread_local!`**: one value per OS thread, dropped when the thread exits, reachable
 //!   from no other thread. `ranklocal`'s thread cache is a `thread_local!`; use the macro itself
 //!   when no other thread ever needs the value. Porting: [`rank_local!`] takes the same
-//!   declarations (`const { }` initializers included) and its keys' `with` works the same way;
-//!   `Cell`/`RefCell` values become atomics/`Mutex`, whose methods replace the keys' `set`,
-//!   `take`, `replace` and `with_borrow_mut` (`X.with(|m| *m.lock().unwrap() = v)`).
+//!   declarations (`const { }` initializers included); a `Cell`/`RefCell` value keeps its type
+//!   with the keys' `with_own` (dropped at thread exit, as std does), or becomes an atomic or a
+//!   `Mutex` for a value other threads read through `with`/`get`.
 //! - **[`thread_local`]** (`ThreadLocal<T>`): one value per thread in a per-object table indexed
 //!   by a thread id. Ids are recycled: a value is *not* dropped when its thread exits (only by
 //!   `clear` or with the `ThreadLocal`), and a later thread that gets the same id inherits the
@@ -239,11 +243,15 @@ pub use crate::delegation::{on_behalf_of, OnBehalfExt, OnBehalfOf};
 pub use crate::identity::{Rank, RankId};
 #[cfg(not(loom))]
 pub use crate::key::RankLocalKey;
-pub use crate::rank_local::{Iter, IterMut, RankLocal};
+pub use crate::rank_local::{Iter, IterMut, RankLocal, SyncValue};
 
 #[doc(hidden)]
 #[cfg(not(loom))]
 pub use crate::key::__private;
+
+#[doc(hidden)]
+#[cfg(loom)]
+pub use crate::identity::{__loom_exit_thread, __loom_register_thread};
 
 #[doc = include_str!("../papers/design.md")]
 pub mod design {}

@@ -10,7 +10,7 @@
 //! the lock, publishes, and ends the claim; if `init` panics or errs, a drop guard ends the claim
 //! and nothing is inserted, so the next call tries again.
 
-use super::instance::{self, InstancePtr, ESCAPED, SCOPED};
+use super::instance::{self, InstancePtr, ESCAPED, OWNED, SCOPED};
 use super::reclaim::{FreeLater, Ready, SweepWhen};
 use super::{RankLocal, Writer};
 use crate::backend::Backend;
@@ -35,16 +35,19 @@ pub(super) enum Access {
     /// To a closure (`with`) of any other thread: SCOPED, protected by a pin until the closure
     /// returns (I33).
     Scoped,
+    /// To a closure (`with_own`) on the live owner's thread: OWNED, dropped by the thread's exit
+    /// work unless another access moves it on first (I39).
+    Own,
 }
 
 /// Ends a claim if `init` errs or unwinds (a first touch that publishes ends it in the same
 /// critical section and forgets the guard), and wakes waiters.
-struct ClaimGuard<'a, T: Send + Sync, B: Backend> {
+struct ClaimGuard<'a, T: Send, B: Backend> {
     rl: &'a RankLocal<T, B>,
     rank: u64,
 }
 
-impl<T: Send + Sync, B: Backend> Drop for ClaimGuard<'_, T, B> {
+impl<T: Send, B: Backend> Drop for ClaimGuard<'_, T, B> {
     fn drop(&mut self) {
         let wake = end_claim(&mut lock(&self.rl.writer), self.rank);
         if wake {
@@ -66,13 +69,13 @@ fn end_claim(w: &mut Writer, rank: u64) -> bool {
 /// pin, the batches its sweep left ready in the queue ([`FreeLater`]). Fields drop in order: the
 /// pin first, then what is still ready is taken and freed, so no other rank's value is dropped
 /// while this one is pinned (a value's `Drop` may want to wait for a grace period).
-pub(super) struct Lent<'a, T: Send + Sync, B: Backend> {
+pub(super) struct Lent<'a, T: Send, B: Backend> {
     pub(super) p: InstancePtr<T>,
     pub(super) pin: Option<Pin>,
     pub(super) _frees: FreeLater<'a, T, B>,
 }
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// First touch of `rank` (step 3 of a lookup): the init protocol in the module docs. Returns
     /// the instance, ESCAPED for [`Access::Escaped`] (I31), and for [`Access::Scoped`] a pin taken
     /// under the writer lock, so no sweep can have retired the instance before it (I33). Pins
@@ -102,18 +105,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 // SAFETY: an instance of this map (I5); in the map under the writer lock, so not
                 // RECLAIMING and alive (I30, I32).
                 let p = unsafe { InstancePtr::<T>::new(p) };
-                if access == Access::Escaped {
-                    // SAFETY: as just said (I30, I32).
-                    let st = unsafe { p.state() };
-                    // Relaxed: under the lock the state is SCOPED or ESCAPED and only moves to
-                    // ESCAPED (I30); the lock orders it before any later sweep.
-                    st.store(ESCAPED, Ordering::Relaxed);
+                // Moved on from OWNED as `access` needs (I30, I31, I39); a tombstone is absent
+                // and refilled below.
+                if Self::serves(p, access) {
+                    return Ok(Lent {
+                        p,
+                        pin: protect(),
+                        _frees: FreeLater::nothing(self),
+                    });
                 }
-                return Ok(Lent {
-                    p,
-                    pin: protect(),
-                    _frees: FreeLater::nothing(self),
-                });
             }
             match w.claims.iter().find(|c| c.rank == rank) {
                 None => break,
@@ -140,19 +140,25 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         let state = match access {
             Access::Escaped => ESCAPED,
             Access::Owner | Access::Scoped => SCOPED,
+            Access::Own => OWNED,
         };
         let p = InstancePtr::alloc(value, state);
-        let (guard, ready, waiting, wake) = {
+        let (p, guard, ready, waiting, wake) = {
             let mut w = lock(&self.writer);
             // Pinned before the sweep below may retire `p` (an exited rank's scoped instance):
             // its deferral then waits for this pin (I32, I33).
             let guard = protect();
-            // Relaxed: read only under this lock, and published with the instance (I2, I31).
+            // Relaxed: read only under this lock, and published with the instance (I2, I31). A
+            // refilled tombstone keeps its own count (an `iter` since may hold it, I39).
             // SAFETY: `p` was allocated above and is not published yet: alive (I1).
             unsafe { p.born() }.store(w.walks, Ordering::Relaxed);
-            B::insert(&self.map, rank, p.erased());
+            // into the rank's tombstone if it has one (I39)
+            let p = self.publish(&w, rank, p, state);
             if access != Access::Escaped {
                 Self::watch_exit(&mut w, rank); // after publishing: see I36
+            }
+            if access == Access::Own {
+                Self::register_owned(&mut w, rank, p); // for the thread's exit work (I39)
             }
             // Writers sweep exited ranks' scoped-only instances, amortized (I32, I36). A caller
             // that stays pinned leaves the ready batches queued until it unpinned (`FreeLater`).
@@ -161,7 +167,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             } else {
                 (self.sweep(&mut w, SweepWhen::Due).1, false)
             };
-            (guard, ready, waiting, end_claim(&mut w, rank))
+            (p, guard, ready, waiting, end_claim(&mut w, rank))
         };
         core::mem::forget(claim); // ended above, with the publication
         if wake {

@@ -5,12 +5,12 @@ use core::iter::FusedIterator;
 use core::marker::PhantomData;
 
 use super::instance::InstancePtr;
-use super::RankLocal;
+use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::identity::RankId;
-use crate::primitive::lock;
+use crate::primitive::{lock, AtomicUsize, Ordering};
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Every `(rank, instance)`, from one consistent snapshot taken when called (ranks inserted
     /// later are not seen). Order is unspecified (ascending rank on [`Epoch`](crate::Epoch) and
     /// [`ArcSwap`]). The
@@ -47,17 +47,23 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         not(all(feature = "arc-swap", not(loom))),
         doc = "[`ArcSwap`]: crate#features"
     )]
-    pub fn iter(&self) -> Iter<'_, T, B> {
+    pub fn iter(&self) -> Iter<'_, T, B>
+    where
+        T: SyncValue,
+    {
         // Under the writer lock the map cannot change (I16) and holds no RECLAIMING instance
         // (I30). Counting the walk is what marks the snapshot's instances escaped: every one of
         // them was published at a lower count, so no sweep takes it from now on (I31). O(1)
         // under the lock, whatever the map holds.
         let mut w = lock(&self.writer);
         w.walks += 1;
+        // Relaxed: read by sweeps under the writer lock, which orders this increment before them.
+        self.iterators.fetch_add(1, Ordering::Relaxed);
         let inner = B::iter(&self.map);
         drop(w);
         Iter {
             inner,
+            live: &self.iterators,
             _rl: PhantomData,
         }
     }
@@ -83,6 +89,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(totals.get_for(job.id()), Some(&3));
     /// ```
     pub fn iter_mut(&mut self) -> IterMut<'_, T, B> {
+        self.settle_owned(true); // no exit work touches what is lent, no tombstone is left (I39)
         IterMut {
             remaining: B::len(&self.map),
             inner: B::iter(&self.map),
@@ -118,7 +125,17 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 /// ```
 pub struct Iter<'a, T, B: Backend> {
     inner: B::Iter<'a>,
+    /// The `RankLocal`'s count of live iterators, given back on drop (I39).
+    live: &'a AtomicUsize,
     _rl: PhantomData<(&'a T, &'a B)>,
+}
+
+impl<T, B: Backend> Drop for Iter<'_, T, B> {
+    fn drop(&mut self) {
+        // Release: this iterator's reads of its snapshot's tombstones happen before a sweep that
+        // sees the count drop (Acquire) frees them (I39).
+        self.live.fetch_sub(1, Ordering::Release);
+    }
 }
 
 impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
@@ -126,12 +143,22 @@ impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        let (rank, p) = self.inner.next()?;
-        // SAFETY: an instance of the borrowed `RankLocal` (I5), escaped (I31), so valid while it
-        // is borrowed (I1).
-        Some((RankId::from_raw(rank), unsafe {
-            InstancePtr::<T>::new(p).value()
-        }))
+        loop {
+            let (rank, p) = self.inner.next()?;
+            // SAFETY: an instance of the borrowed `RankLocal` (I5) in the iterator's snapshot:
+            // published before `iter` counted its walk, so no sweep takes or frees it while the
+            // `RankLocal` is borrowed (I31, I39); only `&mut` could, which the borrow excludes.
+            let p = unsafe { InstancePtr::<T>::new(p) };
+            // Marked as it is yielded, not by `iter`: an owner-only instance moves to ESCAPED
+            // unless its thread's exit work took it first (then it is skipped, I39); the others
+            // are kept already (I31), and the CAS only makes their state say so.
+            // SAFETY: alive, as just said.
+            if unsafe { p.escape() } {
+                // SAFETY: escaped, so valid while the `RankLocal` is borrowed (I1, I31); a `T`
+                // of this map (I5, I9).
+                return Some((RankId::from_raw(rank), unsafe { p.value() }));
+            }
+        }
     }
 }
 
@@ -189,7 +216,7 @@ impl<'a, T: 'a, B: Backend> ExactSizeIterator for IterMut<'a, T, B> {}
 /// `Vec`).
 impl<'a, T: 'a, B: Backend> FusedIterator for IterMut<'a, T, B> {}
 
-impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a RankLocal<T, B> {
+impl<'a, T: SyncValue, B: Backend> IntoIterator for &'a RankLocal<T, B> {
     type Item = (RankId, &'a T);
     type IntoIter = Iter<'a, T, B>;
     fn into_iter(self) -> Iter<'a, T, B> {
@@ -197,7 +224,7 @@ impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a RankLocal<T, B> {
     }
 }
 
-impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a mut RankLocal<T, B> {
+impl<'a, T: Send, B: Backend> IntoIterator for &'a mut RankLocal<T, B> {
     type Item = (RankId, &'a mut T);
     type IntoIter = IterMut<'a, T, B>;
     fn into_iter(self) -> IterMut<'a, T, B> {
@@ -205,7 +232,7 @@ impl<'a, T: Send + Sync, B: Backend> IntoIterator for &'a mut RankLocal<T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
+impl<T: Send, B: Backend> IntoIterator for RankLocal<T, B> {
     type Item = (RankId, T);
     type IntoIter = std::vec::IntoIter<(RankId, T)>;
 
@@ -220,6 +247,7 @@ impl<T: Send + Sync, B: Backend> IntoIterator for RankLocal<T, B> {
     /// assert_eq!(owned, [(RankId::current(), "mine".to_string())]);
     /// ```
     fn into_iter(mut self) -> Self::IntoIter {
+        self.settle_owned(true); // no exit work touches what is moved out, no tombstone (I39)
         let entries = B::retain(&mut self.map, &mut |_| false);
         let owned: Vec<(RankId, T)> = entries
             .into_iter()

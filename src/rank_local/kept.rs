@@ -3,7 +3,7 @@
 //! when a map keeps many of them.
 
 use super::init::Access;
-use super::instance::{InstancePtr, ESCAPED};
+use super::instance::{InstancePtr, ESCAPED, SCOPED};
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::collector::{count_pin, pin};
@@ -15,7 +15,7 @@ use crate::primitive::{lock, Ordering};
 #[cfg(all(debug_assertions, not(loom)))]
 const WARN_FROM: usize = 1024;
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// How many instances are kept for ranks that have exited because they were handed out as a
     /// plain `&T` (by [`get`](Self::get), `get_or`, `get_or_try`, `try_get`, `get_for` or
     /// [`iter`](Self::iter): every instance in its snapshot counts as handed out).
@@ -71,7 +71,11 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                     // SAFETY: as just said (I33). Acquire, as `for_each` reads it; Relaxed for
                     // the count, written before the instance was published (I2, I31).
                     let (state, born) = unsafe { (p.state(), p.born()) };
-                    state.load(Ordering::Acquire) == ESCAPED || born.load(Ordering::Relaxed) < walks
+                    match state.load(Ordering::Acquire) {
+                        ESCAPED => true,
+                        SCOPED => born.load(Ordering::Relaxed) < walks,
+                        _ => false, // owner-only, being reclaimed, or a tombstone
+                    }
                 })
                 .map(|(rank, _)| rank)
                 .collect()

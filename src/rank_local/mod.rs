@@ -17,7 +17,9 @@
 //! - `scoped`: `with`/`with_for` off the owner's hit path, and `for_each` (I33–I35);
 //! - `reclaim`: sweeps of exited ranks, `reclaim_exited`, the `&mut` removals and drop (I6, I10,
 //!   I32);
-//! - `iter`: `iter`, `iter_mut`, `into_iter` (I15, I31).
+//! - `iter`: `iter`, `iter_mut`, `into_iter` (I15, I31);
+//! - `own`: the owner-only family (`with_own`, `get_own`, ...), [`SyncValue`], `Debug`, and
+//!   dropping at its thread's exit what only `with_own` reached (I39).
 //!
 //! The invariants the `// SAFETY:` comments cite (I1, I2, ...) are stated once, in
 //! papers/design.md §4, rendered as [`crate::design`].
@@ -26,13 +28,13 @@ mod init;
 mod instance;
 mod iter;
 mod kept;
+mod own;
 mod reclaim;
 mod scoped;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
 use core::convert::Infallible;
-use core::fmt;
 use core::marker::PhantomData;
 
 use crate::backend::{Backend, Epoch};
@@ -41,11 +43,13 @@ use crate::collector;
 use crate::counters;
 use crate::erased::Erased;
 use crate::identity::{self, RankId};
-use crate::primitive::{global, try_lock, AtomicU64, Condvar, Mutex, Ordering};
+use crate::primitive::{global, try_lock, Arc, AtomicU64, Condvar, Mutex, Ordering};
 
 use self::init::{Access, Claim};
 use self::instance::InstancePtr;
 pub use self::iter::{Iter, IterMut};
+pub use self::own::SyncValue;
+pub(crate) use self::own::{run_exit_work, Gate};
 use self::reclaim::Sweep;
 
 global! {
@@ -97,21 +101,29 @@ type Invariant<T> = fn(T) -> T;
 /// assert_eq!(*WORKS.get().lock().unwrap(), ["forward", "backward"]);
 /// ```
 ///
-/// **Why `T: Send + Sync`.** Unlike a thread-local, a rank's instance is shared between threads. A
-/// delegate inside `on_behalf_of(rank, ..)` (or a future polled with `.on_behalf_of(rank)`) gets
-/// `&T` to the same instance the rank's own thread may be using at that moment, and `get_for`
-/// hands out another rank's `&T`: so `T` must be `Sync`. The instance is dropped by `clear`,
-/// `purge_exited` or the `RankLocal`'s drop, and moved out by `into_iter` or `iter_mut`, on
-/// whichever thread does that, usually not the one that created it: so `T` must be `Send`. The
-/// C++ `RankLocal` notes that it "doesn't make the underlying objects thread-safe" and leaves that
-/// to the caller; here the compiler checks it. Put mutable per-rank state behind `Mutex`, `RwLock`
-/// or atomics (`RefCell` and `Cell` are not `Sync`); state no other thread may ever see belongs in
-/// `std::thread_local!`.
+/// **`T: Send`, and `T: Sync` for what crosses threads.** Unlike a thread-local, a rank's instance
+/// can be shared between threads. A delegate inside `on_behalf_of(rank, ..)` (or a future polled
+/// with `.on_behalf_of(rank)`) gets `&T` to the same instance the rank's own thread may be using at
+/// that moment, and `get_for`, `with_for`, `iter` and `for_each` hand out other ranks' `&T`: so
+/// those rank-aware methods (and `get`, `with` and the rest, which resolve the current rank)
+/// require `T: Sync` ([`SyncValue`]). The instance is dropped by `clear`, `purge_exited`, a sweep
+/// or the `RankLocal`'s drop, and moved out by `into_iter`, on whichever thread does that: so `T`
+/// must be `Send`, and that is all the owner-only family needs — [`with_own`](Self::with_own),
+/// [`get_own`](Self::get_own) and their variants reach the calling OS thread's own instance, which
+/// no other thread can reach without `Sync`. Per-rank state other threads read goes behind a
+/// `Mutex`, `RwLock` or atomics; state only its own thread touches can be a `RefCell` or `Cell`
+/// with the owner-only family (dropped at its thread's exit, as std's `thread_local!` does).
 ///
 /// ```compile_fail
 /// // `Cell` is not `Sync`: a delegate on another thread could race the owner through `&Cell`
 /// let counts: ranklocal::RankLocal<std::cell::Cell<u32>> = ranklocal::RankLocal::new();
 /// counts.get().set(1);
+/// ```
+/// ```
+/// // the owner-only twin: the calling thread's own instance, never another thread's
+/// let counts: ranklocal::RankLocal<std::cell::Cell<u32>> = ranklocal::RankLocal::new();
+/// counts.get_own().set(1);
+/// assert_eq!(counts.with_own(|c| c.get()), 1);
 /// ```
 /// ```
 /// // the thread-safe twin
@@ -134,6 +146,10 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     /// Set once a debug build warned about values kept for exited ranks (`kept`).
     #[cfg(all(debug_assertions, not(loom)))]
     kept_warned: crate::primitive::AtomicBool,
+    /// `Iter`s alive (I31, I39): while one is, a tombstone published before its walk may be in
+    /// its snapshot, and no sweep frees it. Incremented by `iter` under the writer lock,
+    /// decremented by the `Iter`'s drop.
+    iterators: crate::primitive::AtomicUsize,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
     _owns: PhantomData<(T, Invariant<T>)>,
@@ -151,11 +167,16 @@ struct Writer {
     /// be in an iterator's snapshot, and counts as escaped. Each instance records the count it
     /// was published at, so `iter` marks nothing: O(1) under the lock.
     walks: u64,
+    /// Shared with the exit hooks of threads that have an OWNED instance here; made by the first
+    /// `with_own` first touch (`own`, I39).
+    gate: Option<Arc<own::Gate>>,
 }
 
-// SAFETY: `&RankLocal` hands out `&T` to any thread and lets any thread create an instance that
-// another thread later drops, hence `T: Send + Sync` (I7). The other fields are `Sync`.
-unsafe impl<T: Send + Sync, B: Backend> Sync for RankLocal<T, B> {}
+// SAFETY: `&RankLocal` lets any thread create an instance that another thread later drops or
+// moves out, hence `T: Send`; every method that can hand a `&T` to another thread than the
+// instance's owner's requires `T: Sync` itself ([`SyncValue`]), and the `T: Send` ones reach only
+// the calling OS thread's own instance (I7, I39). The other fields are `Sync`.
+unsafe impl<T: Send, B: Backend> Sync for RankLocal<T, B> {}
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
 macro_rules! empty_rank_local {
@@ -168,17 +189,19 @@ macro_rules! empty_rank_local {
                 claim_waiters: 0,
                 sweep: Sweep::NEW,
                 walks: 0,
+                gate: None,
             }),
             claim_ended: Condvar::new(),
             #[cfg(all(debug_assertions, not(loom)))]
             kept_warned: crate::primitive::AtomicBool::new(false),
+            iterators: crate::primitive::AtomicUsize::new(0),
             _owns: PhantomData,
         }
     };
 }
 
 /// The hot path: each lookup probes the thread cache inline and falls back to a `#[cold]` path.
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// An empty `RankLocal`, usable in a `static`.
     ///
     /// ```
@@ -228,7 +251,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn get(&self) -> &T
     where
-        T: Default,
+        T: Default + SyncValue,
     {
         self.get_or(T::default)
     }
@@ -252,7 +275,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn get_or_default(&self) -> &T
     where
-        T: Default,
+        T: Default + SyncValue,
     {
         self.get_or(T::default)
     }
@@ -289,7 +312,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// panics.
     #[inline]
     #[track_caller]
-    pub fn get_or(&self, init: impl FnOnce() -> T) -> &T {
+    pub fn get_or(&self, init: impl FnOnce() -> T) -> &T
+    where
+        T: SyncValue,
+    {
         let Ok(v) = self.get_or_try(|| Ok::<T, Infallible>(init()));
         v
     }
@@ -310,7 +336,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or).
     #[inline]
     #[track_caller]
-    pub fn get_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+    pub fn get_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E>
+    where
+        T: SyncValue,
+    {
         // 0 if the thread has no id yet: the cache then misses and the slow path assigns one.
         let rank = identity::current_raw_or_zero();
         if let Some(v) = self.cached(rank) {
@@ -365,7 +394,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// on_behalf_of(job.id(), || assert!(buf.try_get().is_none())); // not for another rank
     /// ```
     #[inline]
-    pub fn try_get(&self) -> Option<&T> {
+    pub fn try_get(&self) -> Option<&T>
+    where
+        T: SyncValue,
+    {
         self.get_for(RankId::current())
     }
 
@@ -391,7 +423,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert!(score.get_for(RankId::current()).is_none()); // this thread never touched it
     /// ```
     #[inline]
-    pub fn get_for(&self, rank: RankId) -> Option<&T> {
+    pub fn get_for(&self, rank: RankId) -> Option<&T>
+    where
+        T: SyncValue,
+    {
         let rank = rank.as_u64();
         self.cached(rank).or_else(|| self.lookup_slow(rank))
     }
@@ -465,13 +500,11 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         };
         // SAFETY: an instance of this map (I5).
         let p = unsafe { InstancePtr::<T>::new(p) };
-        if escape {
-            // SAFETY: in the map under the writer lock, so not RECLAIMING and alive (I30, I32).
-            let st = unsafe { p.state() };
-            // Relaxed: as in `insert` (I30): under the lock the state only moves to ESCAPED.
-            if st.load(Ordering::Relaxed) != instance::ESCAPED {
-                st.store(instance::ESCAPED, Ordering::Relaxed);
-            }
+        // SAFETY: in the map under the writer lock, so not RECLAIMING and alive (I30, I32). The
+        // escape is a CAS: an owner-only instance's exit work may move it on meanwhile, under its
+        // gate lock, not this one (I39); a tombstone counts as absent.
+        if escape && !unsafe { p.escape() } {
+            return Some(None);
         }
         Some(Some(p))
     }
@@ -527,7 +560,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R
     where
-        T: Default,
+        T: Default + SyncValue,
     {
         self.with_or(T::default, f)
     }
@@ -558,7 +591,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or). A panic in `f` propagates; nothing is leaked.
     #[inline]
     #[track_caller]
-    pub fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+    pub fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: SyncValue,
+    {
         let rank = identity::current_raw_or_zero();
         if let Some(v) = self.cached_owner(rank) {
             return f(v);
@@ -582,7 +618,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), Some(1));
     /// ```
     #[inline]
-    pub fn try_with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+    pub fn try_with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: SyncValue,
+    {
         self.with_for(RankId::current(), f)
     }
 
@@ -601,7 +640,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(logs.with_for(Rank::new().id(), |_| ()), None);
     /// ```
     #[inline]
-    pub fn with_for<R>(&self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R> {
+    pub fn with_for<R>(&self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: SyncValue,
+    {
         let rank = rank.as_u64();
         if let Some(v) = self.cached_owner(rank) {
             return Some(f(v));
@@ -623,8 +665,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
-    /// Number of ranks with an instance.
+impl<T: Send, B: Backend> RankLocal<T, B> {
+    /// Number of ranks with an instance not yet freed. A value that its thread's exit dropped
+    /// (see [`with_own`](Self::with_own)) leaves its slot counted until a sweep, `iter` or a
+    /// `&mut` call frees it (or a first touch of the rank fills it again).
     ///
     /// ```
     /// use ranklocal::{on_behalf_of, Rank, RankLocal};
@@ -676,7 +720,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
 }
 
 #[cfg(all(test, not(loom)))]
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Test-only: an empty `RankLocal` with the given uid (unique: drawn by [`fresh_uid`]).
     pub(crate) fn with_uid(uid: cache::Uid) -> Self {
         let rl = Self::new();
@@ -685,26 +729,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> Default for RankLocal<T, B> {
+impl<T: Send, B: Backend> Default for RankLocal<T, B> {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for RankLocal<T, B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        /// Formats through a scoped visit, by rank: formatting hands out no `&T`, so it keeps
-        /// nothing alive (through `iter`, one log line of a `static` would keep every instance).
-        struct Entries<'a, T: Send + Sync, B: Backend>(&'a RankLocal<T, B>);
-        impl<T: Send + Sync + fmt::Debug, B: Backend> fmt::Debug for Entries<'_, T, B> {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                self.0
-                    .visit_sorted(|entries| f.debug_map().entries(entries.iter().copied()).finish())
-            }
-        }
-        f.debug_struct("RankLocal")
-            .field("backend", &B::NAME)
-            .field("instances", &Entries(self))
-            .finish()
     }
 }

@@ -23,9 +23,8 @@
 use core::any::Any;
 use std::collections::VecDeque;
 
-use super::instance::{
-    drop_all, drop_payload, is_dropping, InstancePtr, ESCAPED, RECLAIMING, SCOPED,
-};
+use super::instance::{drop_all, drop_payload, is_dropping, InstancePtr};
+use super::own::close_gate;
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
 use crate::cache;
@@ -172,12 +171,12 @@ const HELP_EVERY: u32 = 8;
 /// still inside an outer read when this drops (the first touch was nested in a `with_for`, a
 /// `for_each` or another rank's `with`), it takes nothing either ([`RankLocal::take`]): the
 /// batches wait for the next sweep or reclamation call made outside every read.
-pub(super) struct FreeLater<'a, T: Send + Sync, B: Backend> {
+pub(super) struct FreeLater<'a, T: Send, B: Backend> {
     rl: &'a RankLocal<T, B>,
     waiting: bool,
 }
 
-impl<'a, T: Send + Sync, B: Backend> FreeLater<'a, T, B> {
+impl<'a, T: Send, B: Backend> FreeLater<'a, T, B> {
     /// Takes and frees the ready batches when dropped, if `waiting` (batches were queued).
     pub(super) fn after_unpin(rl: &'a RankLocal<T, B>, waiting: bool) -> Self {
         FreeLater { rl, waiting }
@@ -188,7 +187,7 @@ impl<'a, T: Send + Sync, B: Backend> FreeLater<'a, T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> Drop for FreeLater<'_, T, B> {
+impl<T: Send, B: Backend> Drop for FreeLater<'_, T, B> {
     fn drop(&mut self) {
         if self.waiting {
             let ready = RankLocal::<T, B>::take(&mut lock(&self.rl.writer), SweepWhen::Due);
@@ -197,7 +196,7 @@ impl<T: Send + Sync, B: Backend> Drop for FreeLater<'_, T, B> {
     }
 }
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Asks for `rank`'s exit, whose scoped instance the writer holding `w` just published
     /// (I36).
     pub(super) fn watch_exit(w: &mut Writer, rank: u64) {
@@ -230,17 +229,22 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// batch if due, and returns how many.
     fn unpublish_exited(&self, w: &mut Writer, when: SweepWhen) -> usize {
         let walks = w.walks;
+        // `reclaim_exited` also unpublishes the tombstones exit work left (I39), whose exits a
+        // sweep may have taken already (while an iterator held them back)
+        let tombs = when == SweepWhen::Now && w.gate.as_ref().is_some_and(|g| g.has_tombs());
         let sw = &mut w.sweep;
         let pending = sw.inbox.as_ref().map_or(0, |i| i.len());
-        let due = pending > 0
-            && (when == SweepWhen::Now
-                || (pending >= 16 && pending as u64 >= B::len(&self.map) as u64 / 2));
+        let due = tombs
+            || pending > 0
+                && (when == SweepWhen::Now
+                    || (pending >= 16 && pending as u64 >= B::len(&self.map) as u64 / 2));
         let mut n = 0;
-        if let (true, Some(inbox)) = (due, &sw.inbox) {
+        if due {
             crate::counters::bump!(SWEEPS);
             let mut ranks = Vec::new();
             let mut batch = Vec::new();
-            for rank in inbox.take() {
+            let exited = sw.inbox.as_ref().map(|i| i.take()).unwrap_or_default();
+            for rank in exited {
                 crate::counters::bump!(WALKED_UNDER_LOCK);
                 // SAFETY: under the writer lock, which serializes every write (I16).
                 let Some(p) = (unsafe { B::get_by_writer(&self.map, rank) }) else {
@@ -248,55 +252,51 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 };
                 // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
                 // I32). Its rank came from the inbox, so it has exited (I36) and no live owner
-                // reads it without a pin (I35): the CAS below may take it.
-                let p = unsafe { InstancePtr::<T>::new(p) };
-                // SAFETY: as just said (I30, I32).
-                let (st, born) = unsafe { (p.state(), p.born()) };
-                // Relaxed: written before publication and read under the writer lock (I31).
-                if born.load(Ordering::Relaxed) != walks {
-                    // an `iter()` since its publication may hold it: it counts as escaped (I31)
-                    // Relaxed: as in `insert` (I30).
-                    st.store(ESCAPED, Ordering::Relaxed);
-                    continue;
-                }
-                // SeqCst (Relaxed would do for the one-winner property, I30): keeps the
-                // argument about readers local.
-                if st
-                    .compare_exchange(SCOPED, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
-                    .is_ok()
-                {
+                // reads it without a pin (I35): the CAS may take it (SCOPED → RECLAIMING, or a
+                // tombstone DROPPED → REAPED, I39), unless an `iter()` since may hold it (I31).
+                if unsafe { InstancePtr::<T>::new(p).take_for_sweep(walks) } {
                     ranks.push(rank);
-                    batch.push((rank, p.erased()));
+                    batch.push((rank, p));
                 }
             }
+            // and the tombstones exit work left, whether or not their exits arrived yet (I39)
+            drop(self.take_tombstones(w.gate.as_ref(), &mut ranks, &mut batch));
             n = batch.len();
-            // The token goes to the collector at once, whoever swept (I37): batched with the
-            // writers' other retirements it could wait for 15 more sweeps process-wide on the
-            // backends whose writes retire nothing else (`ArcSwap`, `Baseline`), keeping every
-            // value those sweeps took. A sweep takes at least 16 exits, so this is one flush per
-            // 16 or more exits.
-            let flush = Flush::Now;
-            if n > 0 {
-                let removed = B::remove(&self.map, &ranks);
-                debug_assert_eq!(removed, n);
-                // A fresh uid before retiring: pinned scoped entries keyed by the old one are
-                // dead for every reader that pins after this store (I34).
-                self.uid.store(fresh_uid(), Ordering::SeqCst);
-                let done = Arc::new(AtomicBool::new(false));
-                // The collector sets the token (Release, pairing with the Acquire in
-                // `take_ready`) only after every thread pinned now has unpinned (I32, I37). Only
-                // a `'static` token is deferred, never a `T`: no user code runs (I18).
-                // SAFETY: the token owns all it touches (an `Arc`) and frees nothing (I32, I37).
-                unsafe { collector::retire(Retired::Token(Arc::clone(&done)), flush) };
-                sw.batches.push_back(Batch {
-                    serial: sw.next_serial,
-                    done,
-                    entries: batch,
-                });
-                sw.next_serial += 1;
-            }
+            self.retire_batch(sw, &ranks, batch);
         }
         n
+    }
+
+    /// Unpublishes `batch` (the instances of `ranks`, taken by a sweep or `iter`: RECLAIMING or
+    /// REAPED) in one write, draws a fresh uid and retires them as one batch behind an epoch grace
+    /// period (I32, I39). Under the writer lock.
+    pub(super) fn retire_batch(&self, sw: &mut Sweep, ranks: &[u64], batch: Vec<(u64, Erased)>) {
+        let n = batch.len();
+        // The token goes to the collector at once, whoever swept (I37): batched with the
+        // writers' other retirements it could wait for 15 more sweeps process-wide on the
+        // backends whose writes retire nothing else (`ArcSwap`, `Baseline`), keeping every
+        // value those sweeps took. A sweep takes at least 16 exits, so this is one flush per
+        // 16 or more exits.
+        let flush = Flush::Now;
+        if n > 0 {
+            let removed = B::remove(&self.map, ranks);
+            debug_assert_eq!(removed, n);
+            // A fresh uid before retiring: pinned scoped entries keyed by the old one are
+            // dead for every reader that pins after this store (I34).
+            self.uid.store(fresh_uid(), Ordering::SeqCst);
+            let done = Arc::new(AtomicBool::new(false));
+            // The collector sets the token (Release, pairing with the Acquire in
+            // `take_ready`) only after every thread pinned now has unpinned (I32, I37). Only
+            // a `'static` token is deferred, never a `T`: no user code runs (I18).
+            // SAFETY: the token owns all it touches (an `Arc`) and frees nothing (I32, I37).
+            unsafe { collector::retire(Retired::Token(Arc::clone(&done)), flush) };
+            sw.batches.push_back(Batch {
+                serial: sw.next_serial,
+                done,
+                entries: batch,
+            });
+            sw.next_serial += 1;
+        }
     }
 
     /// The batches whose grace period passed, taken out of the bookkeeping under the writer lock
@@ -530,6 +530,7 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// assert_eq!(rl.get_or(|| "new".to_string()), "new"); // the next use runs `init` again
     /// ```
     pub fn clear(&mut self) {
+        self.settle_owned(false); // no exit work touches what is freed here (I39)
         self.remove_where(&mut |_| false);
     }
 
@@ -617,6 +618,8 @@ fn backoff(spins: &mut u32) {
 
 impl<T, B: Backend> Drop for RankLocal<T, B> {
     fn drop(&mut self) {
+        // First: no exit work starts any more, and the values it moved out are dropped (I39).
+        close_gate(mutex_mut(&mut self.writer));
         let mut removed = B::retain(&mut self.map, &mut |_| false);
         let sweep = &mut mutex_mut(&mut self.writer).sweep;
         if let Some(inbox) = &sweep.inbox {

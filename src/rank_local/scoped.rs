@@ -8,9 +8,9 @@
 //! pin until `f` returns (I33, I34).
 
 use super::init::{Access, Lent};
-use super::instance::{InstancePtr, RECLAIMING};
+use super::instance::InstancePtr;
 use super::reclaim::FreeLater;
-use super::RankLocal;
+use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::cache;
 use crate::collector::{count_pin, pin, Pin};
@@ -19,7 +19,7 @@ use crate::erased::Erased;
 use crate::identity::{self, RankId};
 use crate::primitive::Ordering;
 
-impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Lends every instance to `f` in turn, from one snapshot (scoped visiting: the borrows
     /// cannot escape, so exited ranks' instances stay reclaimable). Holds an epoch pin for the
     /// whole visit; keep `f` short.
@@ -36,7 +36,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
     /// bytes.for_each(|_, b| total += b.load(Ordering::Relaxed));
     /// assert_eq!(total, 7);
     /// ```
-    pub fn for_each(&self, mut f: impl FnMut(RankId, &T)) {
+    pub fn for_each(&self, mut f: impl FnMut(RankId, &T))
+    where
+        T: SyncValue,
+    {
         // The pin covers the snapshot's load and the whole visit (I33).
         let _guard = pin();
         count_pin(&_guard);
@@ -44,36 +47,15 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
             // SAFETY: an instance of this map (I5), read from a snapshot loaded under `_guard`
             // (I33).
             let p = unsafe { InstancePtr::<T>::new(p) };
-            // SAFETY: as just said (I33).
-            if unsafe { p.state() }.load(Ordering::Acquire) == RECLAIMING {
+            // SAFETY: as just said (I33). Moves OWNED on to SCOPED; skips what is being
+            // reclaimed and tombstones (I30, I39).
+            if !unsafe { p.scope() } {
                 continue;
             }
             // SAFETY: alive while `_guard` is held (I32, I33); a `T` of this map (I5, I9); the
             // borrow ends with `f`'s call.
             f(RankId::from_raw(rank), unsafe { p.value() });
         }
-    }
-
-    /// Lends every instance to `f` at once, sorted by rank, under one pin (a scoped visit, as
-    /// [`for_each`](Self::for_each): `Debug` formats through it).
-    pub(super) fn visit_sorted<R>(&self, f: impl FnOnce(&[(RankId, &T)]) -> R) -> R {
-        // The pin covers the snapshot's load and `f` (I33).
-        let _guard = pin();
-        count_pin(&_guard);
-        let mut entries = Vec::new();
-        for (rank, p) in B::iter(&self.map) {
-            // SAFETY: an instance of this map (I5), read from a snapshot loaded under `_guard`
-            // (I33).
-            let p = unsafe { InstancePtr::<T>::new(p) };
-            // SAFETY: as just said (I33).
-            if unsafe { p.state() }.load(Ordering::Acquire) != RECLAIMING {
-                // SAFETY: alive while `_guard` is held (I32, I33); a `T` of this map (I5, I9);
-                // `f` is generic over the borrow's lifetime, so it cannot keep it.
-                entries.push((RankId::from_raw(rank), unsafe { p.value() }));
-            }
-        }
-        entries.sort_unstable_by_key(|&(rank, _)| rank);
-        f(&entries)
     }
 
     /// `true` if `rank` is this thread's own rank and live: its instance cannot be reclaimed
@@ -101,9 +83,10 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
         counters::bump!(SCOPED_MAP_LOOKUPS);
         // SAFETY: an instance of this map (I5), read from it under `guard` (I33).
         let p = unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) };
-        // SAFETY: as just said (I33).
-        if unsafe { p.state() }.load(Ordering::Acquire) == RECLAIMING {
-            return None; // being reclaimed: gone (I30)
+        // SAFETY: as just said (I33). Moves OWNED on to SCOPED before the value is used or
+        // cached (I39).
+        if !unsafe { p.scope() } {
+            return None; // being reclaimed, or a tombstone: gone (I30, I39)
         }
         if Self::uses_thread_cache(rank) {
             cache::store(uid, rank | cache::PINNED_TAG, p.erased());
@@ -150,6 +133,9 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                     lent.p // no pin: what the sweep readied was freed in `insert`
                 }
             };
+            // SAFETY: the live owner's: neither reclaimed (I35) nor a tombstone (I39). OWNED
+            // moves on to SCOPED: a rank-aware scoped read (I39).
+            unsafe { p.scope() };
             cache::store(self.uid_or_assign(), rank | cache::OWNER_TAG, p.erased());
             // SAFETY: the live owner's instance is not reclaimed while the thread runs (I35),
             // valid for `&self` (I1); a `T` of this map (I5, I9).
@@ -185,6 +171,8 @@ impl<T: Send + Sync, B: Backend> RankLocal<T, B> {
                 // SAFETY: an instance of this map (I5); the live owner's (I35).
                 None => unsafe { InstancePtr::<T>::new(B::get(&self.map, rank)?) },
             };
+            // SAFETY: as in `with_slow` (I35, I39).
+            unsafe { p.scope() };
             cache::store(self.uid_or_assign(), rank | cache::OWNER_TAG, p.erased());
             // SAFETY: as in `with_slow` (I35, I1, I5, I9).
             return Some(f(unsafe { p.value() }));

@@ -136,6 +136,21 @@ pub fn reclaim_until<T: Send + Sync, B: Backend>(
     assert_eq!(drops.load(Ordering::SeqCst), want, "never reclaimed");
 }
 
+/// [`reclaim_until`] for a `T` that need not be `Sync` (`reclaim_exited` needs `Send` only).
+pub fn reclaim_until_dropped<T: Send, B: Backend>(
+    rl: &RankLocal<T, B>,
+    drops: &AtomicUsize,
+    want: usize,
+) {
+    patiently(
+        || drops.load(Ordering::SeqCst) >= want,
+        || {
+            rl.reclaim_exited();
+        },
+    );
+    assert_eq!(drops.load(Ordering::SeqCst), want, "never reclaimed");
+}
+
 /// Runs `f` on a fresh thread, failing the test if it does not finish within [`DEADLOCK`].
 pub fn within_deadline<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
     let (tx, rx) = mpsc::channel();
