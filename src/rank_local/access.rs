@@ -1,0 +1,541 @@
+//! Construction and access: `new`, the lookups (`get`, `get_or`, `get_or_try`, `try_get`,
+//! `get_for`), scoped access (`with`, `with_or`, `try_with`, `with_for`) and `len`, each `#[inline]`
+//! thread-cache probe followed by its `#[cold]` slow path. First in the module tree, so that
+//! rustdoc lists these methods first on the `RankLocal` page.
+
+use core::convert::Infallible;
+
+use super::init::Access;
+use super::instance::InstancePtr;
+use super::{fresh_uid, RankLocal, SyncValue};
+use crate::backend::Backend;
+use crate::cache;
+use crate::collector;
+use crate::counters;
+use crate::erased::Erased;
+use crate::identity::{self, RankId};
+use crate::primitive::{try_lock, Ordering};
+
+// Construction and access: each lookup probes the thread cache inline and falls back to a
+// `#[cold]` path.
+impl<T: Send, B: Backend> RankLocal<T, B> {
+    /// An empty `RankLocal`, usable in a `static`.
+    ///
+    /// ```
+    /// use ranklocal::{Baseline, RankLocal};
+    /// use std::sync::atomic::AtomicU64;
+    ///
+    /// static BYTES_SENT: RankLocal<AtomicU64> = RankLocal::new(); // `const`: fine in a static
+    /// let scratch: RankLocal<Vec<u8>, Baseline> = RankLocal::new(); // any backend
+    /// assert!(BYTES_SENT.is_empty() && scratch.is_empty());
+    /// ```
+    #[cfg(not(loom))]
+    #[must_use]
+    pub const fn new() -> Self {
+        empty_rank_local!(B::EMPTY)
+    }
+
+    /// An empty `RankLocal` (not `const` under loom).
+    #[cfg(loom)]
+    #[must_use]
+    pub fn new() -> Self {
+        empty_rank_local!(B::empty())
+    }
+
+    /// The current rank's instance, created with `T::default()` on first use.
+    ///
+    /// The current rank is [`RankId::current`]: the thread's own, or the one it acts for inside
+    /// [`on_behalf_of`](crate::on_behalf_of). If that rank has exited, this still returns (or
+    /// creates) its instance; [`purge_exited`](Self::purge_exited) drops it.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let calls: RankLocal<AtomicU32> = RankLocal::new();
+    /// calls.get().fetch_add(1, Ordering::Relaxed);
+    /// assert_eq!(calls.get().load(Ordering::Relaxed), 1); // the same instance again
+    /// let job = Rank::new();
+    /// // another rank gets its own, fresh instance
+    /// on_behalf_of(job.id(), || assert_eq!(calls.get().load(Ordering::Relaxed), 0));
+    /// assert_eq!(calls.len(), 2);
+    /// ```
+    ///
+    /// # Panics
+    /// If called for a rank from inside that rank's own `init` on this `RankLocal` (reentrant
+    /// initialization), or if `T::default()` panics.
+    #[inline]
+    #[track_caller]
+    pub fn get(&self) -> &T
+    where
+        T: Default + SyncValue,
+    {
+        self.get_or(T::default)
+    }
+
+    /// The current rank's instance, created with `T::default()` on first use: the same as
+    /// [`get`](Self::get), under the name the `thread_local` crate uses.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let hits: RankLocal<AtomicU32> = RankLocal::new();
+    /// hits.get_or_default().fetch_add(1, Ordering::Relaxed);
+    /// assert_eq!(hits.get_or_default().load(Ordering::Relaxed), 1);
+    /// assert!(std::ptr::eq(hits.get_or_default(), hits.get()));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get`](Self::get).
+    #[inline]
+    #[track_caller]
+    pub fn get_or_default(&self) -> &T
+    where
+        T: Default + SyncValue,
+    {
+        self.get_or(T::default)
+    }
+
+    /// The current rank's instance, created with `init` on first use.
+    ///
+    /// `init` runs at most once per rank, with no lock held; other ranks' readers and writers
+    /// proceed meanwhile, and another thread asking for the same rank waits for it. If `init`
+    /// panics, nothing is inserted and the next call tries again.
+    ///
+    /// # Deadlock
+    /// What is guaranteed, exactly: a `get` from inside the same rank's `init` *on the same
+    /// thread* panics ("reentrant initialization") instead of deadlocking, and an `init` never
+    /// waits for a lock or for another rank. What is not (as with `std::sync::OnceLock`): an
+    /// `init` that waits for another thread which asks for the same rank of the same `RankLocal`
+    /// deadlocks — that thread waits for the `init` to finish, the `init` waits for it. For
+    /// example, an `init` that hands its own rank to a worker and joins it,
+    /// `thread::scope(|s| s.spawn(move || on_behalf_of(me, || RL.get())).join())`, never returns;
+    /// so do two `init`s on two threads that wait for each other's ranks.
+    ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    ///
+    /// let names: RankLocal<String> = RankLocal::new();
+    /// let name = names.get_or(|| format!("worker {}", RankId::current()));
+    /// // `init` ran once for this rank; later calls return the same instance
+    /// let again = names.get_or(|| unreachable!());
+    /// assert!(std::ptr::eq(name, again));
+    /// assert_eq!(*name, format!("worker {}", RankId::current()));
+    /// ```
+    ///
+    /// # Panics
+    /// If called for a rank from inside that rank's own `init` on this `RankLocal`, or if `init`
+    /// panics.
+    #[inline]
+    #[track_caller]
+    pub fn get_or(&self, init: impl FnOnce() -> T) -> &T
+    where
+        T: SyncValue,
+    {
+        let Ok(v) = self.get_or_try(|| Ok::<T, Infallible>(init()));
+        v
+    }
+
+    /// The current rank's instance, created with `init` on first use; if `init` fails, nothing is
+    /// inserted and its error is returned (the next call tries again).
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    ///
+    /// let port: RankLocal<u16> = RankLocal::new();
+    /// assert!(port.get_or_try(|| "http".parse::<u16>()).is_err());
+    /// assert!(port.try_get().is_none()); // the failed init inserted nothing
+    /// assert_eq!(port.get_or_try(|| "8080".parse::<u16>()), Ok(&8080));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get_or`](Self::get_or).
+    #[inline]
+    #[track_caller]
+    pub fn get_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E>
+    where
+        T: SyncValue,
+    {
+        // 0 if the thread has no id yet: the cache then misses and the slow path assigns one.
+        let rank = identity::current_raw_or_zero();
+        if let Some(v) = self.cached(rank) {
+            return Ok(v);
+        }
+        self.get_or_try_slow(rank, init)
+    }
+
+    #[cold]
+    #[track_caller]
+    fn get_or_try_slow<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+        // 0: the thread had no id, so `current_raw` assigns one now that nobody else has seen:
+        // no map can hold it, and the lookup (a pin on `Epoch`) is skipped.
+        let rank = if rank == 0 {
+            identity::current_raw()
+        } else {
+            // The thread's own rank: no pin, whatever the thread did before (a first touch
+            // takes the writer lock anyway).
+            let own = B::LOOKUP_PINS && rank == identity::own_raw();
+            if own {
+                counters::bump!(MAP_LOOKUPS);
+            }
+            let found = match own.then(|| self.lookup_escaped_unpinned(rank)).flatten() {
+                Some(found) => found,
+                None => self.lookup_slow(rank),
+            };
+            if let Some(v) = found {
+                return Ok(v);
+            }
+            rank
+        };
+        let p = self.insert(rank, init, Access::Escaped)?.p; // no pin: the sweep's frees are done
+        if Self::uses_thread_cache(rank) {
+            cache::store(self.uid_or_assign(), rank, p.erased());
+        }
+        // SAFETY: `p` was just published in this map (I2, I5), escaped (I31), so valid while
+        // `&self` lives (I1); the same `T` every reader of this `RankLocal` reads (I9).
+        Ok(unsafe { p.value() })
+    }
+
+    /// The current rank's instance if it exists; never creates one.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let buf: RankLocal<Vec<u8>> = RankLocal::new();
+    /// assert!(buf.try_get().is_none());
+    /// assert!(buf.try_get().is_none()); // still none: `try_get` created nothing
+    /// buf.get_or(|| vec![1, 2]);
+    /// assert_eq!(buf.try_get(), Some(&vec![1, 2]));
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || assert!(buf.try_get().is_none())); // not for another rank
+    /// ```
+    #[inline]
+    pub fn try_get(&self) -> Option<&T>
+    where
+        T: SyncValue,
+    {
+        self.get_for(RankId::current())
+    }
+
+    /// `rank`'s instance if it exists; never creates one. Works for any rank, including one that
+    /// has exited — its thread ended or its [`Rank`](crate::Rank) was dropped — until
+    /// [`purge_exited`](Self::purge_exited) drops the instance.
+    ///
+    /// ```
+    /// use ranklocal::{RankId, RankLocal};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let score: RankLocal<AtomicU32> = RankLocal::new();
+    /// let worker = std::thread::scope(|s| {
+    ///     s.spawn(|| {
+    ///         score.get().store(7, Ordering::Relaxed);
+    ///         RankId::current()
+    ///     })
+    ///     .join()
+    ///     .unwrap()
+    /// });
+    /// // the worker has exited; its instance stays until `purge_exited`
+    /// assert_eq!(score.get_for(worker).unwrap().load(Ordering::Relaxed), 7);
+    /// assert!(score.get_for(RankId::current()).is_none()); // this thread never touched it
+    /// ```
+    #[inline]
+    pub fn get_for(&self, rank: RankId) -> Option<&T>
+    where
+        T: SyncValue,
+    {
+        let rank = rank.as_u64();
+        self.cached(rank).or_else(|| self.lookup_slow(rank))
+    }
+
+    /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
+    ///
+    /// On a backend whose lookups pin (`Epoch`, `ArcSwap`), a thread with no participant on the
+    /// crate's collector looks ranks up (its first few such lookups) with no pin, under the
+    /// writer lock when it is free ([`lookup_escaped_unpinned`](Self::lookup_escaped_unpinned)):
+    /// a thread's first pin registers it, and crossbeam then walks every registered thread,
+    /// O(registered threads). So a thread that looks up a few ranks with `get`/`get_for` never
+    /// registers (`get`'s slow path does the same for the thread's own rank, whatever the thread
+    /// did before). A registered thread (or one that keeps missing), and any thread while
+    /// another holds the lock, looks up under a pin, lock-free. Never waits for the lock.
+    #[cold]
+    pub(super) fn lookup_slow(&self, rank: u64) -> Option<&T> {
+        counters::bump!(MAP_LOOKUPS);
+        if B::LOOKUP_PINS && !collector::prefers_pin() {
+            if let Some(found) = self.lookup_escaped_unpinned(rank) {
+                return found;
+            }
+        }
+        // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
+        // Baseline), which keeps `p` alive from the map load to the escape (I33).
+        let p = B::get_with(&self.map, rank, |p| {
+            // SAFETY: an instance of this map (I5), read from it and protected while this runs
+            // (I33).
+            let p = unsafe { InstancePtr::<T>::new(p) };
+            // SAFETY: as just said (I33).
+            unsafe { p.escape() }.then_some(p)
+        })?;
+        // `None`: being reclaimed, the rank's instance is gone (I30)
+        let p = p?;
+        if Self::uses_thread_cache(rank) {
+            cache::store(self.uid_or_assign(), rank, p.erased());
+        }
+        // SAFETY: `p` is a published instance of this map (I2, I5), now escaped, so valid while
+        // `&self` lives (I1, I31), inserted as this very `T` (invariance, I9).
+        Some(unsafe { p.value() })
+    }
+
+    /// [`lookup_slow`](Self::lookup_slow) under a free writer lock: `None` if another thread
+    /// holds it. Out of line, so that the pinned lookup's code stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn lookup_escaped_unpinned(&self, rank: u64) -> Option<Option<&T>> {
+        let p = match self.lookup_unpinned(rank, true)? {
+            Some(p) => p,
+            None => return Some(None),
+        };
+        if Self::uses_thread_cache(rank) {
+            cache::store(self.uid_or_assign(), rank, p.erased());
+        }
+        // SAFETY: a published instance of this map (I2, I5), escaped under the writer lock (I31),
+        // so valid while `&self` lives (I1); this very `T` (I9).
+        Some(Some(unsafe { p.value() }))
+    }
+
+    /// `rank`'s instance looked up under the writer lock with no pin, ESCAPED first if `escape`;
+    /// `None` if another thread holds the lock (the caller then pins). Under the lock the map
+    /// cannot change and its version's nodes stay alive (I16, I17), so no pin is needed for the
+    /// lookup; what the caller does afterwards needs the protection its access says (an escape,
+    /// or the live owner's, I31, I35). Takes the lock only if it is free: a lookup that never
+    /// creates never waits.
+    pub(super) fn lookup_unpinned(
+        &self,
+        rank: u64,
+        escape: bool,
+    ) -> Option<Option<InstancePtr<T>>> {
+        let _w = try_lock(&self.writer)?;
+        counters::bump!(UNPINNED_LOOKUPS);
+        // SAFETY: under the writer lock, which serializes every write to the map (I16).
+        let Some(p) = (unsafe { B::get_by_writer(&self.map, rank) }) else {
+            return Some(None);
+        };
+        // SAFETY: an instance of this map (I5).
+        let p = unsafe { InstancePtr::<T>::new(p) };
+        // SAFETY: in the map under the writer lock, so not RECLAIMING and alive (I30, I32). The
+        // escape is a CAS: an owner-only instance's exit work may move it on meanwhile, under its
+        // gate lock, not this one (I39); a tombstone counts as absent.
+        if escape && !unsafe { p.escape() } {
+            return Some(None);
+        }
+        Some(Some(p))
+    }
+
+    /// The thread cache's entry for `rank` (step 1).
+    #[inline]
+    pub(super) fn cached(&self, rank: u64) -> Option<&T> {
+        if !Self::uses_thread_cache(rank) {
+            return None;
+        }
+        // Relaxed: the uid is only a name; the pointer's validity was established by this
+        // thread's own Acquire when it filled the entry (I4).
+        let uid = self.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank)?;
+        // SAFETY: a hit for this `RankLocal`'s current uid is one of its published instances
+        // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1); it is a `T` of
+        // exactly this type, lifetimes included, since `RankLocal` is invariant in `T` (I9).
+        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
+    }
+
+    /// Whether lookups of `rank` go through the thread cache on this backend.
+    #[inline]
+    pub(super) fn uses_thread_cache(rank: u64) -> bool {
+        B::CACHES_DELEGATED || rank == identity::own_raw()
+    }
+
+    /// The current rank's instance, created with `T::default()` on first use, lent to `f`: scoped
+    /// access, like `std::thread::LocalKey::with`.
+    ///
+    /// Unlike [`get`](Self::get), whose `&T` lives as long as the `RankLocal` (forever, for a
+    /// `static`), the borrow cannot escape `f`; so an instance only ever reached this way is
+    /// dropped after its rank exits — without `&mut`, statics included. Use
+    /// `with` for per-thread state of short-lived threads; use `get` when you need the reference
+    /// outside a closure (the instance is then kept until `&mut` access or drop). The owner's
+    /// `with` is a thread-cache hit, as `get`; a delegate's holds an epoch pin during `f`.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// static SENT: RankLocal<AtomicU64> = RankLocal::new();
+    ///
+    /// for _ in 0..100 {
+    ///     std::thread::spawn(|| SENT.with(|n| n.fetch_add(1, Ordering::Relaxed))).join().unwrap();
+    /// }
+    /// SENT.reclaim_exited(); // writers also do this on their own, amortized
+    /// assert_eq!(SENT.len(), 0); // the exited threads' instances are gone
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get`](Self::get). A panic in `f` propagates; nothing is leaked.
+    #[inline]
+    #[track_caller]
+    pub fn with<R>(&self, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: Default + SyncValue,
+    {
+        self.with_or(T::default, f)
+    }
+
+    /// The current rank's instance, created with `init` on first use, lent to `f`: scoped access
+    /// as [`with`](Self::with), for a `T` without `Default` (what a `rank_local!` key's `with`
+    /// does with its initializer).
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::Mutex;
+    ///
+    /// struct Conn {
+    ///     peer: String,
+    ///     sent: Mutex<u64>,
+    /// }
+    ///
+    /// static CONNS: RankLocal<Conn> = RankLocal::new();
+    ///
+    /// let open = || Conn { peer: "10.0.0.1".into(), sent: Mutex::new(0) };
+    /// CONNS.with_or(open, |c| *c.sent.lock().unwrap() += 1);
+    /// let sent = CONNS.with_or(|| unreachable!("exists"), |c| *c.sent.lock().unwrap());
+    /// assert_eq!(sent, 1);
+    /// assert_eq!(CONNS.with_or(open, |c| c.peer.clone()), "10.0.0.1");
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get_or`](Self::get_or). A panic in `f` propagates; nothing is leaked.
+    #[inline]
+    #[track_caller]
+    pub fn with_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: SyncValue,
+    {
+        let rank = identity::current_raw_or_zero();
+        if let Some(v) = self.cached_owner(rank) {
+            return f(v);
+        }
+        self.with_slow(init, f)
+    }
+
+    /// The current rank's instance lent to `f` if it exists, else `None`: never creates one, and,
+    /// like [`with`](Self::with), hands out no `&T` that outlives `f` (the instance stays
+    /// reclaimable after its rank exits). The scoped form of [`try_get`](Self::try_get), as
+    /// `with_for(RankId::current(), f)`.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let hits: RankLocal<AtomicU32> = RankLocal::new();
+    /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), None); // nothing created
+    /// assert!(hits.is_empty());
+    /// hits.with(|h| h.fetch_add(1, Ordering::Relaxed));
+    /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), Some(1));
+    /// ```
+    #[inline]
+    pub fn try_with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: SyncValue,
+    {
+        self.with_for(RankId::current(), f)
+    }
+
+    /// `rank`'s instance lent to `f`, or `None` if it has none (never creates one); scoped
+    /// access as [`with`](Self::with). For a rank other than the thread's own, the instance is
+    /// kept alive by an epoch pin during `f`, even if the rank exits meanwhile.
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    /// use std::sync::Mutex;
+    ///
+    /// let logs: RankLocal<Mutex<Vec<&str>>> = RankLocal::new();
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || logs.with(|l| l.lock().unwrap().push("step")));
+    /// assert_eq!(logs.with_for(job.id(), |l| l.lock().unwrap().len()), Some(1));
+    /// assert_eq!(logs.with_for(Rank::new().id(), |_| ()), None);
+    /// ```
+    #[inline]
+    pub fn with_for<R>(&self, rank: RankId, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: SyncValue,
+    {
+        let rank = rank.as_u64();
+        if let Some(v) = self.cached_owner(rank) {
+            return Some(f(v));
+        }
+        self.with_for_slow(rank, f)
+    }
+
+    /// The owner's scoped entry for `rank`: a hit only for this thread's own, live rank (I34).
+    #[inline]
+    fn cached_owner(&self, rank: u64) -> Option<&T> {
+        // Relaxed: the uid is only a name here; an owner entry stays valid whatever the uid
+        // (I34, I35).
+        let uid = self.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank | cache::OWNER_TAG)?;
+        // SAFETY: an owner entry was filled by this thread for its own rank while it was alive
+        // and is wiped before the rank exits (I34), so the instance is not reclaimed (I35) and
+        // stays valid for `&self` (I1); a `T` of this map (I5, I9).
+        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
+    }
+}
+
+impl<T: Send, B: Backend> RankLocal<T, B> {
+    /// Number of ranks with an instance not yet freed. A value that its thread's exit dropped
+    /// (see [`with_own`](Self::with_own)) leaves its slot counted until a sweep, `iter` or a
+    /// `&mut` call frees it (or a first touch of the rank fills it again).
+    ///
+    /// ```
+    /// use ranklocal::{on_behalf_of, Rank, RankLocal};
+    ///
+    /// let rl: RankLocal<u32> = RankLocal::new();
+    /// assert_eq!(rl.len(), 0);
+    /// rl.get_or(|| 1);
+    /// rl.get_or(|| 2); // same rank: no new instance
+    /// let job = Rank::new();
+    /// on_behalf_of(job.id(), || rl.get_or(|| 3));
+    /// assert_eq!(rl.len(), 2);
+    /// ```
+    pub fn len(&self) -> usize {
+        B::len(&self.map)
+    }
+
+    /// `true` if no rank has an instance.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    ///
+    /// let mut rl: RankLocal<String> = RankLocal::new();
+    /// assert!(rl.is_empty());
+    /// rl.get();
+    /// assert!(!rl.is_empty());
+    /// rl.clear();
+    /// assert!(rl.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// This `RankLocal`'s uid, drawing a fresh one if it has none (I4).
+    pub(crate) fn uid_or_assign(&self) -> cache::Uid {
+        // Relaxed everywhere: uids carry no data, they only have to be unique.
+        let uid = self.uid.load(Ordering::Relaxed);
+        if uid != cache::NO_UID {
+            return uid;
+        }
+        let fresh = fresh_uid();
+        match self
+            .uid
+            .compare_exchange(cache::NO_UID, fresh, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => fresh,
+            Err(current) => current,
+        }
+    }
+}
