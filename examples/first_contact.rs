@@ -13,40 +13,19 @@
 //! first `get_or` is the reference. The live threads hold a rank id, allocated once and touched
 //! the structure (as the issue that asked for this measured them), then park.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+#[path = "support/mod.rs"]
+mod support;
+
 use std::hint::black_box;
-use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ranklocal::{Baseline, Epoch, RankId, RankLocal};
-
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts the bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Relaxed);
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size() as isize, Relaxed);
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Relaxed);
-        // SAFETY: the caller's contract, forwarded.
-        unsafe { System.realloc(p, l, new) }
-    }
-}
+use support::{live, parse_list};
 
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: support::Counting = support::Counting;
 
 /// What the structures under test are: one of each, long-lived.
 struct Set {
@@ -186,17 +165,6 @@ fn quartiles(mut v: Vec<f64>) -> (f64, f64, f64) {
     (at(0.5), at(0.25), at(0.75))
 }
 
-fn parse_list(s: &str) -> Vec<usize> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .replace('_', "")
-                .parse()
-                .expect("a list of numbers")
-        })
-        .collect()
-}
-
 fn main() {
     let mut threads = vec![64, 1024, 4096, 16384];
     let mut rounds = 64;
@@ -292,7 +260,7 @@ fn main() {
             set.epoch.get_or(|| 1);
             let mut pool = Pool::new();
             pool.threads.reserve(n);
-            let before = LIVE.load(Relaxed);
+            let before = live();
             let start = Instant::now();
             for _ in 0..n {
                 match arm {
@@ -303,7 +271,7 @@ fn main() {
                 }
             }
             let ms = start.elapsed().as_secs_f64() * 1e3;
-            let per = (LIVE.load(Relaxed) - before) as f64 / n as f64;
+            let per = (live() - before) as f64 / n as f64;
             if arm.is_none() {
                 base_heap[i] = per;
             }

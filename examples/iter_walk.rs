@@ -11,22 +11,15 @@
 //! under that lock is what other threads' first touches wait for. Medians over rounds, arms
 //! interleaved; uses only the public API, so the same program measures any version.
 
+#[path = "support/mod.rs"]
+mod support;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use ranklocal::{on_behalf_of, ArcSwap, Backend, Epoch, Rank, RankLocal};
-
-fn parse_list(s: &str) -> Vec<usize> {
-    s.split(',')
-        .map(|x| {
-            x.trim()
-                .replace('_', "")
-                .parse()
-                .expect("a list of numbers")
-        })
-        .collect()
-}
+use support::{median, parse_list};
 
 /// A map of `n` scoped instances of live ranks (kept in the returned `Vec`).
 fn filled<B: Backend>(n: usize) -> (RankLocal<u64, B>, Vec<Rank>) {
@@ -55,11 +48,6 @@ fn touch_then_iter<B: Backend>(rl: &RankLocal<u64, B>, keep: &mut Vec<Rank>, sco
     t
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn part1<B: Backend>(sizes: &[usize], rounds: usize) {
     print!("{:<8}", B::NAME);
     let mut first = None;
@@ -75,7 +63,7 @@ fn part1<B: Backend>(sizes: &[usize], rounds: usize) {
                 w.push(touch_then_iter(&rl, &mut ranks, true));
             }
         }
-        let (w, g) = (median(w), median(g));
+        let (w, g) = (median(&w), median(&g));
         first.get_or_insert(w);
         print!(
             " | n = {n:>7}: after with {w:>9.2} µs, after get {g:>6.2} µs ({:.2}x)",

@@ -1,4 +1,4 @@
-//! Shared by `examples/reclaim.rs` and `examples/service.rs` through `#[path]` (not an example
+//! Shared by `examples/reclaim.rs`, `service.rs`, `first_contact.rs` and `iter_walk.rs` through `#[path]` (not an example
 //! itself, not part of the crate): a counting global allocator (live bytes, peak, live blocks per
 //! size class), one child process per measurement with a time cap, and number formatting.
 #![allow(dead_code)]
@@ -325,6 +325,18 @@ pub fn ratio(r: f64) -> String {
     } else {
         format!("{r:.0}x")
     }
+}
+
+/// A comma-separated list of counts (`64,1024,4_096`), or a clear panic.
+pub fn parse_list(s: &str) -> Vec<usize> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .replace('_', "")
+                .parse()
+                .unwrap_or_else(|_| panic!("not a list of counts: {s:?}"))
+        })
+        .collect()
 }
 
 /// Median of the finite values (NaN if none).
