@@ -464,7 +464,7 @@ fn a_value_made_by_a_late_destructor_is_swept<B: Backend>() {
     })
     .join()
     .unwrap();
-    common::reclaim_until_dropped(rl, drops, 1);
+    common::reclaim_until(rl, drops, 1);
     assert_eq!(sink.load(SeqCst), 2);
     assert_eq!(rl.len(), 0);
 }
