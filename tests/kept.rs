@@ -7,6 +7,9 @@ mod common;
 
 use ranklocal::{on_behalf_of, rank_local, Backend, Rank, RankLocal};
 
+/// Ranks per test: fewer under Miri, where each first touch is slow and the paths are the same.
+const N: usize = if cfg!(miri) { 16 } else { 100 };
+
 common::backend_tests! {
     values_handed_out_to_exited_ranks_are_counted_until_purged,
     scoped_values_of_exited_ranks_are_not_counted,
@@ -20,27 +23,27 @@ common::backend_tests! {
 
 fn values_handed_out_to_exited_ranks_are_counted_until_purged<B: Backend>() {
     let mut rl: RankLocal<u64, B> = RankLocal::new();
-    for _ in 0..100 {
+    for _ in 0..N {
         let rank = Rank::new();
         on_behalf_of(rank.id(), || {
             rl.get();
         });
     } // each Rank is dropped: its rank exits
-    assert_eq!(rl.kept_exited(), 100);
+    assert_eq!(rl.kept_exited(), N);
     assert_eq!(
         rl.reclaim_exited(),
         0,
         "a value handed out as &T is not reclaimable"
     );
-    assert_eq!(rl.kept_exited(), 100);
-    assert_eq!(rl.purge_exited(), 100);
+    assert_eq!(rl.kept_exited(), N);
+    assert_eq!(rl.purge_exited(), N);
     assert_eq!(rl.kept_exited(), 0);
     assert!(rl.is_empty());
 }
 
 fn scoped_values_of_exited_ranks_are_not_counted<B: Backend>() {
     let rl: RankLocal<u64, B> = RankLocal::new();
-    for _ in 0..100 {
+    for _ in 0..N {
         let rank = Rank::new();
         on_behalf_of(rank.id(), || rl.with(|v| assert_eq!(*v, 0)));
     }

@@ -331,7 +331,7 @@ impl Drop for ReadProbe {
 /// of the batched reclamation: 32–64 of 96–192 drops ran inside the outer read before the fix
 /// (this test failed on every backend).
 fn a_first_touch_inside_a_read_drops_nothing<B: Backend>() {
-    let rounds = if cfg!(miri) { 96 } else { 600 };
+    let rounds = if cfg!(miri) { 48 } else { 600 };
     let counts = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
     let make = || ReadProbe(Arc::clone(&counts));
     let rl: RankLocal<ReadProbe, B> = RankLocal::new();

@@ -122,11 +122,7 @@ pub const SWEEPS_WHILE_LENT: usize = if cfg!(miri) { 20 } else { 1000 };
 
 /// Calls `reclaim_exited` until `drops` reaches `want` (the epoch may need other test threads to
 /// unpin first), then asserts it is exactly `want`; panics if it never gets there.
-pub fn reclaim_until<T: Send, B: Backend>(
-    rl: &RankLocal<T, B>,
-    drops: &AtomicUsize,
-    want: usize,
-) {
+pub fn reclaim_until<T: Send, B: Backend>(rl: &RankLocal<T, B>, drops: &AtomicUsize, want: usize) {
     patiently(
         || drops.load(Ordering::SeqCst) >= want,
         || {
