@@ -209,12 +209,13 @@
 //! C.for_each(|_, c| c.store(0, std::sync::atomic::Ordering::Relaxed));
 //! ```
 //!
-//! # A key cannot be built around a hand-made slot (I8)
+//! # A key built around a hand-made slot is sound, not useful (I8)
 //!
-//! `RankLocalKey::__new` is `unsafe`: safe code cannot pass a slot of its own. (Stable rustdoc
-//! does not check the error code; the twin shows that `unsafe` is the only difference.)
+//! `RankLocalKey::__new` is safe: its slot holds only `&'static T`s, so whatever a hand-made slot
+//! holds is a live value (the key then hands out that value: wrong for a key, never a dangling
+//! reference). A slot of raw pointers, which could dangle, does not compile.
 //!
-//! ```compile_fail,E0133
+//! ```compile_fail
 //! use ranklocal::{RankLocalKey, __private::KeyStorage};
 //! use std::cell::Cell;
 //! static INNER: KeyStorage<u32> = KeyStorage::new();
@@ -225,11 +226,12 @@
 //! use ranklocal::{RankLocalKey, __private::KeyStorage};
 //! use std::cell::Cell;
 //! static INNER: KeyStorage<u32> = KeyStorage::new();
-//! thread_local! { static SLOT: Cell<*const u32> = const { Cell::new(std::ptr::null()) }; }
-//! // SAFETY (I8): `INNER` and `SLOT` are this key's alone, `SLOT` starts null, as `rank_local!`
-//! // ensures.
-//! static KEY: RankLocalKey<u32> = unsafe { RankLocalKey::__new(&INNER, &SLOT, || 0) };
-//! assert_eq!(*KEY.get(), 0);
+//! static SEVEN: u32 = 7;
+//! thread_local! {
+//!     static SLOT: Cell<Option<&'static u32>> = const { Cell::new(Some(&SEVEN)) };
+//! }
+//! static KEY: RankLocalKey<u32> = RankLocalKey::__new(&INNER, &SLOT, || 0);
+//! assert_eq!(*KEY.get(), 7); // the hand-made slot's value: a live `u32`
 //! ```
 
 /// # `Iter` is `Send` and `Sync` exactly when `T: Sync`

@@ -18,15 +18,19 @@ pub struct RankLocalKey<T: 'static> {
     // Only shared references and a `fn` pointer: the key itself has no interior mutability, so
     // the compiler treats the `static` as a constant and folds `slot` into the hit path.
     inner: &'static KeyStorage<T>,
-    slot: &'static LocalKey<Cell<*const T>>,
+    /// This thread's own instance once it was handed out (I8). Holding only `&'static T`s, the
+    /// slot needs no promise from whoever declares it: whatever it holds is a live value.
+    slot: &'static LocalKey<Cell<Option<&'static T>>>,
     init: fn() -> T,
 }
 
 // SAFETY: a `KeyStorage<T>` only exists if `T: RankLocalValue`, i.e. `T: Send` (its only
 // constructor requires it), so every `RankLocalKey<T>` refers to a `RankLocal<T>` that is `Sync`
-// (I7) and to a slot only its own thread reads (I8); the methods that hand a `&T` to another
-// thread require `T: SyncValue` themselves. Declared without the bound so that a `!Send` `T` in
-// `rank_local!` gives one readable error instead of one more per item of the expansion.
+// (I7) and to a per-thread slot of `&'static T`s that only its own thread reads or fills (a `&T`
+// of a `T` that is not `Sync` cannot reach another thread's slot, I8); the methods that hand a
+// `&T` to another thread require `T: SyncValue` themselves. Declared without the bound so that a
+// `!Send` `T` in `rank_local!` gives one readable error instead of one more per item of the
+// expansion.
 unsafe impl<T: 'static> Sync for RankLocalKey<T> {}
 
 /// The `RankLocal` of one `rank_local!` static, in a `static` of its own. Not public API.
@@ -60,15 +64,13 @@ pub trait RankLocalValue: Send + 'static {}
 impl<T: Send + 'static> RankLocalValue for T {}
 
 impl<T: 'static> RankLocalKey<T> {
-    /// Builds the key of one `rank_local!` static. Not public API: only the macro calls it.
-    ///
-    /// # Safety
-    /// `inner` and `slot` must be declared for this key alone: no other key, and no other code,
-    /// uses either; `slot` starts null (I8).
+    /// Builds the key of one `rank_local!` static. Not public API: only the macro calls it, with
+    /// `inner` and `slot` declared for this key alone (I8). Any other input is sound too (the
+    /// slot holds only `&'static T`s), just not a working key.
     #[doc(hidden)]
-    pub const unsafe fn __new(
+    pub const fn __new(
         inner: &'static KeyStorage<T>,
-        slot: &'static LocalKey<Cell<*const T>>,
+        slot: &'static LocalKey<Cell<Option<&'static T>>>,
         init: fn() -> T,
     ) -> Self {
         RankLocalKey { inner, slot, init }
@@ -102,12 +104,11 @@ impl<T: Send + 'static> RankLocalKey<T> {
     {
         let p = self.slot.with(Cell::get);
         // Non-short-circuit `&`: both reads are plain TLS loads, so one branch instead of two.
-        if identity::acting_as_self() & !p.is_null() {
-            // SAFETY: the slot is this key's alone (I8: only `__new`'s caller declares it) and
-            // only ever holds an instance of `self.inner`, a `RankLocal` in a `static` that is
-            // never dropped nor mutably borrowed (I8, I1); it is read only while the thread acts
-            // as its own rank (I8).
-            return unsafe { &*p };
+        // The slot holds this thread's own instance (I8): read only while it acts as its own rank.
+        if identity::acting_as_self() & p.is_some() {
+            if let Some(v) = p {
+                return v;
+            }
         }
         self.get_slow()
     }
@@ -131,7 +132,7 @@ impl<T: Send + 'static> RankLocalKey<T> {
         T: SyncValue,
     {
         if identity::acting_as_self() {
-            self.slot.with(|s| s.set(v));
+            self.slot.with(|s| s.set(Some(v)));
         }
     }
 
@@ -155,10 +156,8 @@ impl<T: Send + 'static> RankLocalKey<T> {
         T: SyncValue,
     {
         if identity::acting_as_self() {
-            let p = self.slot.with(Cell::get);
-            if !p.is_null() {
-                // SAFETY: as in `get` (I8, I1).
-                return Some(unsafe { &*p });
+            if let Some(v) = self.slot.with(Cell::get) {
+                return Some(v);
             }
         }
         let v = self.inner.0.try_get()?;
@@ -248,9 +247,11 @@ impl<T: Send + 'static> RankLocalKey<T> {
         T: SyncValue,
     {
         let p = self.slot.with(Cell::get);
-        if identity::acting_as_self() & !p.is_null() {
-            // SAFETY: as in `get` (I8, I1): the slot only holds escaped instances (I31).
-            return f(unsafe { &*p });
+        // As in `get`; the slot only holds escaped instances (I31).
+        if identity::acting_as_self() & p.is_some() {
+            if let Some(v) = p {
+                return f(v);
+            }
         }
         self.inner.0.with_or(self.init, f)
     }
@@ -299,10 +300,8 @@ impl<T: Send + 'static> RankLocalKey<T> {
         T: SyncValue,
     {
         if identity::acting_as_self() {
-            let p = self.slot.with(Cell::get);
-            if !p.is_null() {
-                // SAFETY: as in `get` (I8, I1).
-                return Some(f(unsafe { &*p }));
+            if let Some(v) = self.slot.with(Cell::get) {
+                return Some(f(v));
             }
         }
         self.inner.0.try_with(f)
@@ -328,16 +327,14 @@ impl<T: Send + 'static> RankLocalKey<T> {
     #[inline]
     #[track_caller]
     pub fn get_own(&'static self) -> &'static T {
-        let p = self.slot.with(Cell::get);
-        if !p.is_null() {
-            // SAFETY: the slot is this key's alone and only ever holds this thread's own,
-            // escaped instance of `self.inner`, a `static` never dropped nor mutably borrowed
-            // (I8, I1); whatever the delegation, that is the instance `get_own` returns.
-            return unsafe { &*p };
+        // The slot holds this thread's own, escaped instance (I8): whatever the delegation,
+        // that is the instance `get_own` returns.
+        if let Some(v) = self.slot.with(Cell::get) {
+            return v;
         }
         let v = self.inner.0.get_own_or(self.init);
         if identity::acting_as_self() {
-            self.slot.with(|s| s.set(v)); // (I8)
+            self.slot.with(|s| s.set(Some(v))); // (I8)
         }
         v
     }
@@ -359,10 +356,8 @@ impl<T: Send + 'static> RankLocalKey<T> {
     /// ```
     #[inline]
     pub fn try_get_own(&'static self) -> Option<&'static T> {
-        let p = self.slot.with(Cell::get);
-        if !p.is_null() {
-            // SAFETY: as in `get_own` (I8, I1).
-            return Some(unsafe { &*p });
+        if let Some(v) = self.slot.with(Cell::get) {
+            return Some(v); // as in `get_own` (I8)
         }
         self.inner.0.try_get_own()
     }
@@ -544,7 +539,7 @@ impl<T: Send + 'static> RankLocalKey<T> {
 pub mod __private {
     pub use super::{KeyStorage, RankLocalValue};
     pub use core::cell::Cell;
-    pub use core::ptr::null;
+    pub use core::option::Option;
     pub use std::thread_local;
 }
 
@@ -627,14 +622,12 @@ macro_rules! __rank_local_inner {
                 static __RANKLOCAL_STORAGE: $crate::__private::KeyStorage<$t> =
                     $crate::__private::KeyStorage::new();
                 $crate::__private::thread_local! {
-                    static __RANKLOCAL_SLOT: $crate::__private::Cell<*const $t> =
-                        const { $crate::__private::Cell::new($crate::__private::null()) };
+                    static __RANKLOCAL_SLOT: $crate::__private::Cell<
+                        $crate::__private::Option<&'static $t>,
+                    > = const { $crate::__private::Cell::new($crate::__private::Option::None) };
                 }
-                // SAFETY: `__RANKLOCAL_STORAGE` and `__RANKLOCAL_SLOT` are declared just above, by
-                // this expansion, for this key alone; the slot starts null (I8).
-                unsafe {
-                    $crate::RankLocalKey::__new(&__RANKLOCAL_STORAGE, &__RANKLOCAL_SLOT, init)
-                }
+                // declared just above, by this expansion, for this key alone (I8)
+                $crate::RankLocalKey::__new(&__RANKLOCAL_STORAGE, &__RANKLOCAL_SLOT, init)
             }
         };
     };
