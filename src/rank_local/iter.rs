@@ -22,7 +22,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// access ([`purge_exited`](Self::purge_exited), [`clear`](Self::clear)) or drop, even after
     /// its rank exits. A monitor that sums the workers' values with `iter()` therefore stops them
     /// from being freed; use [`for_each`](Self::for_each), which lends each value to a closure
-    /// and keeps nothing (so does `{:?}`).
+    /// and keeps nothing (so does `{:?}`). While any iterator lives, the slots of owner-only
+    /// values dropped at their thread's exit ([`with_own`](Self::with_own)) stay in the map (the
+    /// values are gone; `len` counts the slots): a sweep frees them once no iterator lives, so
+    /// iterators that always overlap, or one that is forgotten, keep them.
     ///
     /// `&RankLocal` is `IntoIterator` too: `for (rank, v) in &rl` is `rl.iter()`.
     ///

@@ -339,6 +339,13 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     ///
     /// # Panics
     /// As [`get`](Self::get). A panic in `f` propagates; nothing is leaked.
+    ///
+    /// # Deadlock
+    /// A `RankLocal` dropped while other threads drop its values at their exit waits for those
+    /// drops (a value may borrow data that ends with the map). So two values dropped at exit on
+    /// two threads at once, each holding the last reference to the *other's* `RankLocal`, wait
+    /// for each other and never return. Keep a `RankLocal` alive elsewhere (a `static`, or an
+    /// `Arc` its users do not own through its values).
     #[inline]
     #[track_caller]
     pub fn with_own<R>(&self, f: impl FnOnce(&T) -> R) -> R

@@ -376,7 +376,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// calling this; it is for dropping promptly. Called inside a scoped read on this thread
     /// (inside `with_for`, `for_each` or another rank's `with`), it unpublishes but drops
     /// nothing: a value's `Drop` may wait for a grace period, which would wait for that read; the
-    /// next call outside every read (or a first touch's sweep) drops them. Each value is dropped as its own rank
+    /// next call outside every read (or a first touch's sweep outside every read) drops them.
+    /// So if every first touch of a `RankLocal` happens inside another read, what its sweeps
+    /// unpublish waits for such a call: make one from time to time. Each value is dropped as its own rank
     /// ([`RankId::current`](crate::RankId::current) inside `T::drop` is that rank).
     ///
     /// A thread's rank exits when its thread-local destructors run. `std::thread::scope` returns
