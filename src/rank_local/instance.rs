@@ -44,7 +44,8 @@ struct Instance<T> {
     state: AtomicUsize,
     /// The `RankLocal`'s walk count when the instance was published: an `iter()` that ran since
     /// (a higher count) may hold it in its snapshot, so it counts as escaped (I31). Written once,
-    /// before publication, and read only under the writer lock.
+    /// before publication: the sweep reads it under the writer lock, `kept_exited` under a pin
+    /// after the Acquire load that found the instance.
     born: AtomicU64,
 }
 

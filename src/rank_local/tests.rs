@@ -8,7 +8,8 @@
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
     self, BATCH_SCANS, CLAIM_NOTIFIES, HELPS, INSERTS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS,
-    OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, WALKED_UNDER_LOCK, WATCHER_PRUNES,
+    OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, UNPINNED_LOOKUPS, WALKED_UNDER_LOCK,
+    WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
@@ -541,15 +542,20 @@ fn first_contact_registers_no_participant<B: Backend>() {
     on_behalf_of(job.id(), || b.get_or(|| 6));
     on_fresh_thread(|| {
         let me = RankId::current(); // holds an id before its first touch
+        let mut unpinned = 0;
         let pins = events(&PINS, || {
-            assert_eq!(*b.get_or(|| 2), 2); // another RankLocal first
-                                            // delegated lookups that escape, on a thread with no participant: no pin either
-            assert_eq!(b.get_for(job.id()), Some(&6));
-            assert_eq!(on_behalf_of(job.id(), || *b.get()), 6);
-            own_contact(&a, me);
-            assert_eq!(a.try_get(), Some(&3));
+            unpinned = events(&UNPINNED_LOOKUPS, || {
+                assert_eq!(*b.get_or(|| 2), 2); // another RankLocal first
+                                                // delegated lookups that escape, on a thread with no participant: no pin either
+                assert_eq!(b.get_for(job.id()), Some(&6));
+                assert_eq!(on_behalf_of(job.id(), || *b.get()), 6);
+                own_contact(&a, me);
+                assert_eq!(a.try_get(), Some(&3));
+            });
         });
         assert_eq!(pins, 0, "a first contact pinned");
+        // they looked the map up under the free writer lock (Baseline's lookups take its read lock)
+        assert_eq!(unpinned > 0, B::LOOKUP_PINS, "unpinned lookups: {unpinned}");
         assert!(
             !crate::collector::registered(),
             "a first contact registered a participant"
