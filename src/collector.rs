@@ -109,29 +109,29 @@ impl Retired {
     }
 }
 
-/// The writers' participant: one crossbeam `Local` that every retirement of the crate — a
+/// The retiring participant: one crossbeam `Local` that every retirement of the crate — a
 /// replaced `Epoch` version's epoch reference, a sweep's batch token — is deferred through, under
-/// [`WRITERS`] (I37).
-struct Writers {
+/// [`RETIRER`] (I37).
+struct Retirer {
     #[cfg(not(loom))]
     handle: LocalHandle,
     /// Retired and not yet deferred, in order; at the flush all of them go to the collector as
     /// one deferred closure (one pin and one `defer` per flush, not per retirement). Deferring
     /// later than the retirement only waits for more readers, never fewer (I37). Under loom each
     /// is deferred at once, as before this batching: pending retirements would be dropped, not
-    /// run, with the model's `WRITERS` (a leak loom reports), and the models keep checking the
+    /// run, with the model's `RETIRER` (a leak loom reports), and the models keep checking the
     /// collector's own deferral of every retirement.
     pending: Vec<Retired>,
     /// Retirements since the last flush (`pending.len()` but under loom).
     unflushed: usize,
 }
 
-impl Writers {
-    /// Runs `f` with the writers' participant. Under loom, the calling thread's own: a
+impl Retirer {
+    /// Runs `f` with the retiring participant. Under loom, the calling thread's own: a
     /// participant kept in a loom `lazy_static` would be finalized after the model's threads,
     /// outside the model, in an order loom does not control, and registering one per use (tried)
     /// multiplied the models' executions twentyfold. So the models check every protocol around
-    /// the deferral, and Miri and ThreadSanitizer, which run the real writers' participant, check
+    /// the deferral, and Miri and ThreadSanitizer, which run the real retiring participant, check
     /// its moves between threads.
     fn with<R>(&mut self, f: impl FnOnce(&LocalHandle) -> R) -> R {
         #[cfg(not(loom))]
@@ -143,14 +143,14 @@ impl Writers {
 }
 
 // SAFETY: a crossbeam `Local` holds no thread identity (no thread-local, no thread id): it is a
-// participant whose non-atomic fields may be used by one thread at a time. `WRITERS`'s mutex makes
+// participant whose non-atomic fields may be used by one thread at a time. `RETIRER`'s mutex makes
 // every use of this one exclusive and ordered (I37), and no `Guard` of it leaves the critical
 // section; so moving it between threads is sound.
-unsafe impl Send for Writers {}
+unsafe impl Send for Retirer {}
 
 lazy_global! {
-    /// The writers' participant (I37).
-    static WRITERS: Mutex<Writers> = Mutex::new(Writers {
+    /// The retiring participant (I37).
+    static RETIRER: Mutex<Retirer> = Mutex::new(Retirer {
         #[cfg(not(loom))]
         handle: COLLECTOR.register(),
         pending: Vec::new(),
@@ -158,9 +158,10 @@ lazy_global! {
     });
 }
 
-impl Writers {
-    /// Defers everything pending as one closure and, if `flush`, hands the writers' bag to the
-    /// collector and tries to advance the epoch and run what is due (I37).
+impl Retirer {
+    /// Defers everything pending as one closure and, if `flush`, hands the retiring
+    /// participant's bag to the collector and tries to advance the epoch and run what is due
+    /// (I37).
     fn hand_over(&mut self, flush: bool) {
         if flush {
             self.unflushed = 0;
@@ -181,8 +182,8 @@ impl Writers {
                     }
                 };
                 // SAFETY: what the closure touches stays valid until it runs (the retirers'
-                // contract), it runs no user code (I18), and the writers' participant is used
-                // only under `WRITERS` (I37).
+                // contract), it runs no user code (I18), and the retiring participant is used
+                // only under `RETIRER` (I37).
                 unsafe { guard.defer_unchecked(run) };
             }
             if flush {
@@ -192,15 +193,15 @@ impl Writers {
     }
 }
 
-/// How many retirements may wait in the writers' pending list before a flush hands them to the
-/// collector. A flush moves the whole bag (2 KiB) into a new node of the collector's global queue
+/// How many retirements may wait in the retiring participant's pending list before a flush hands
+/// them to the collector. A flush moves the whole bag (2 KiB) into a new node of the collector's global queue
 /// and walks every registered thread to advance the epoch: once per write, that was most of a
 /// first touch's cost and, in services with many threads, most of the memory the collector held
 /// (each popped node's free waits in the bag of whichever thread collected it). Batching bounds
 /// what waits unflushed to this many replaced versions, process-wide.
 const FLUSH_EVERY: usize = 16;
 
-/// Whether [`retire`] hands the writers' bag to the collector now.
+/// Whether [`retire`] hands the retiring participant's bag to the collector now.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Flush {
     /// Only once [`FLUSH_EVERY`] closures wait (a replaced version: its nodes wait a little).
@@ -209,7 +210,7 @@ pub(crate) enum Flush {
     Now,
 }
 
-/// Retires `r` through the writers' participant: the collector runs it once every thread pinned
+/// Retires `r` through the retiring participant: the collector runs it once every thread pinned
 /// now (on any participant) has unpinned (I37) — at the latest after the next flush, which comes
 /// at once for [`Flush::Now`] and after at most [`FLUSH_EVERY`] retirements.
 ///
@@ -217,7 +218,7 @@ pub(crate) enum Flush {
 /// As for crossbeam's `Guard::defer_unchecked`: whatever `r` touches stays valid until it runs,
 /// and what it frees is reachable only by threads pinned now.
 pub(crate) unsafe fn retire(r: Retired, flush: Flush) {
-    let mut w = lock(&WRITERS);
+    let mut w = lock(&RETIRER);
     w.pending.push(r);
     w.unflushed += 1;
     let now = flush == Flush::Now || w.unflushed >= FLUSH_EVERY;
@@ -226,21 +227,29 @@ pub(crate) unsafe fn retire(r: Retired, flush: Flush) {
     }
 }
 
+/// Retires a sweep's batch token (I32): the collector sets `done` (Release) once every thread
+/// pinned now has unpinned, at once ([`Flush::Now`]), whoever swept (I37). Safe: the token owns
+/// all it touches, frees nothing and runs no user code (I18).
+pub(crate) fn retire_token(done: Arc<AtomicBool>) {
+    // SAFETY: the token is an `Arc` it owns, and setting it frees nothing (I32, I37).
+    unsafe { retire(Retired::Token(done), Flush::Now) };
+}
+
 /// Hands everything the writers deferred to the collector and tries to advance the epoch and run
 /// what is due; also flushes this thread's own bag if it has one (what it holds — the frees of
 /// queue nodes its pins collected — otherwise waits until it fills up or the thread exits).
 pub(crate) fn flush() {
-    flush_writers();
+    flush_retirer();
     if registered() {
         let _ = HANDLE.try_with(|h| h.pin().flush());
     }
 }
 
 /// Hands everything the writers deferred to the collector and tries to advance the epoch and run
-/// what is due, through the writers' participant only (a thread that only writes registers no
+/// what is due, through the retiring participant only (a thread that only writes registers no
 /// participant of its own, I37).
-pub(crate) fn flush_writers() {
-    lock(&WRITERS).hand_over(true);
+pub(crate) fn flush_retirer() {
+    lock(&RETIRER).hand_over(true);
 }
 
 /// `true` while this thread holds a pin of the crate's collector (a scoped read that is not the

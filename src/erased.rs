@@ -2,7 +2,7 @@
 //!
 //! Maps are not generic over `T` (one backend implementation serves every `RankLocal<T, B>`), so
 //! they store instances as `Erased` pointers; only the `RankLocal<T, _>` that made an instance
-//! types it back (`rank_local::instance::InstancePtr`, invariant I5).
+//! types it back (`rank_local::raw`, invariant I5).
 
 use core::ptr::NonNull;
 

@@ -1,6 +1,9 @@
 //! [`rank_local!`](crate::rank_local) statics: a `RankLocal` in a `static` plus a thread-local slot
 //! of their own, so the owner's `get` is one thread-local read and the delegation check.
 
+// No `unsafe` block here: the two `Sync` impls below are the only `unsafe`, each allowed by name.
+#![deny(unsafe_code)]
+
 use core::cell::Cell;
 
 use crate::identity::{self, RankId};
@@ -24,6 +27,8 @@ pub struct RankLocalKey<T: 'static> {
     init: fn() -> T,
 }
 
+// The one `unsafe` this file allows: an auto-trait impl, argued below.
+#[allow(unsafe_code)]
 // SAFETY: a `KeyStorage<T>` only exists if `T: RankLocalValue`, i.e. `T: Send` (its only
 // constructor requires it), so every `RankLocalKey<T>` refers to a `RankLocal<T>` that is `Sync`
 // (I7) and to a per-thread slot of `&'static T`s that only its own thread reads or fills (a `&T`
@@ -37,6 +42,8 @@ unsafe impl<T: 'static> Sync for RankLocalKey<T> {}
 #[doc(hidden)]
 pub struct KeyStorage<T>(RankLocal<T>);
 
+// The one `unsafe` this file allows: an auto-trait impl, argued below.
+#[allow(unsafe_code)]
 // SAFETY: only `KeyStorage::new` builds one, and it requires `T: Send`, which makes the
 // `RankLocal<T>` inside `Sync` (I7). Unbounded for the same one-error reason as `RankLocalKey`.
 unsafe impl<T> Sync for KeyStorage<T> {}

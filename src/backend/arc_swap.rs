@@ -59,7 +59,7 @@ impl ReplacedVersion for Arc<Version> {
 #[doc(hidden)]
 pub struct ArcSwapMap {
     head: ArcSwapOption<Version>,
-    writer: Mutex<Reclaimer<Arc<Version>>>,
+    reclaimer: Mutex<Reclaimer<Arc<Version>>>,
 }
 
 impl ArcSwapMap {
@@ -70,7 +70,7 @@ impl ArcSwapMap {
     /// No reader or iterator of this map exists (I6).
     unsafe fn unpublish_all(&mut self) -> Option<Trie> {
         // SAFETY: exclusive access (I6).
-        unsafe { mutex_mut(&mut self.writer).free_replaced() };
+        unsafe { mutex_mut(&mut self.reclaimer).free_replaced() };
         self.head.swap(None).map(|v| v.trie)
     }
 
@@ -78,10 +78,10 @@ impl ArcSwapMap {
     /// version; unless it returns `None`, the result is published and the replaced version goes
     /// to the writer's [`Reclaimer`].
     fn publish<R>(&self, f: impl FnOnce(&mut Write<'_, Arc<Version>>) -> Option<R>) -> Option<R> {
-        let mut w = lock(&self.writer);
+        let mut w = lock(&self.reclaimer);
         let old = self.head.load_full();
         let (base, seq) = old.as_ref().map_or((Trie::EMPTY, 0), |o| (o.trie, o.seq));
-        // SAFETY: the writer mutex makes this the only writer (I16); `old` is held, so its nodes
+        // SAFETY: the reclaimer lock makes this the only writer (I16); `old` is held, so its nodes
         // are alive (I13), and every published node is born at `seq` or earlier (I12).
         let mut write = unsafe { w.write(base, seq) };
         let r = f(&mut write)?;
@@ -131,7 +131,7 @@ impl Backend for ArcSwap {
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
     const EMPTY: ArcSwapMap = ArcSwapMap {
         head: ArcSwapOption::const_empty(),
-        writer: Mutex::new(Reclaimer::NEW),
+        reclaimer: Mutex::new(Reclaimer::NEW),
     };
 
     #[inline]

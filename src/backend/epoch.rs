@@ -16,7 +16,7 @@
 //!   (`defer_unchecked`), which releases it once every thread pinned at the unlinking has
 //!   unpinned. The replaced nodes go to the writer's [`Reclaimer`], which frees each once every
 //!   version containing it is dead (I13, I14).
-//! - Iterate: under the writer mutex, for one load and one increment, freeze the published
+//! - Iterate: under the reclaimer lock, for one load and one increment, freeze the published
 //!   version (no later first touch fills a slot of its nodes, I38) and take a count on its header (I15);
 //!   the iterator then holds that one version, not the epoch: it does not stall reclamation of
 //!   anything else in the process. No user code runs while the mutex is held.
@@ -43,7 +43,7 @@ use crate::trie::{Cursor, Reclaimer, ReplacedVersion, Trie, Version, Write};
 /// node on its path; one whose deepest existing node was in a version some iteration took as its
 /// snapshot, or beyond the trie's range, copies the O(log n) nodes on the new rank's path and
 /// retires only the nodes it replaced. Iteration, `for_each`, `Debug` and `len` take the
-/// map's writer mutex for a moment (no user code runs under it).
+/// map's reclaimer lock for a moment (no user code runs under it).
 ///
 /// ```
 /// use ranklocal::{Epoch, RankLocal};
@@ -132,9 +132,9 @@ impl Drop for VersionRef {
 #[doc(hidden)]
 pub struct EpochMap {
     head: Atomic<EpochVersion>,
-    writer: Mutex<Reclaimer<VersionRef>>,
+    reclaimer: Mutex<Reclaimer<VersionRef>>,
     /// Entries of the map: the published version's trie counts its own, not those filled in
-    /// place since (I38). Written and read under `writer` only (I16), so it agrees with the
+    /// place since (I38). Written and read under `reclaimer` only (I16), so it agrees with the
     /// entries lookups see.
     len: AtomicUsize,
 }
@@ -147,7 +147,7 @@ impl EpochMap {
     /// No reader or iterator of this map exists (I6).
     unsafe fn unpublish_all(&mut self) -> Option<Trie> {
         // SAFETY: exclusive access (I6): no version of this map can be read any more.
-        unsafe { mutex_mut(&mut self.writer).free_replaced() };
+        unsafe { mutex_mut(&mut self.reclaimer).free_replaced() };
         // SAFETY: exclusive access (I6); `unprotected` is enough without concurrent readers.
         let head = unsafe {
             // Relaxed: `&mut self` was handed over with a happens-before edge already.
@@ -163,15 +163,15 @@ impl EpochMap {
         Some(v.v.trie)
     }
 
-    /// The published version's header, read by the writer (the caller holds the writer mutex,
-    /// as `_writer` shows): alive while the mutex is held (I16, I17); `None` while nothing is
+    /// The published version's header, read by the writer (the caller holds the reclaimer lock,
+    /// as `_reclaimer` shows): alive while the mutex is held (I16, I17); `None` while nothing is
     /// published.
-    fn published(&self, _writer: &mut Reclaimer<VersionRef>) -> Option<NonNull<EpochVersion>> {
-        // No pin: only writers replace `head`, under the writer mutex (I16), and a published
+    fn published(&self, _reclaimer: &mut Reclaimer<VersionRef>) -> Option<NonNull<EpochVersion>> {
+        // No pin: only writers replace `head`, under the reclaimer lock (I16), and a published
         // version keeps its epoch reference until it is replaced (I17), so the version loaded
         // here stays alive while the mutex is held. Relaxed would do (the mutex orders writers);
         // Acquire keeps the reasoning local: we read the nodes we copy.
-        // SAFETY: `unprotected` is enough for a pointer the writer mutex keeps alive (I16, I17).
+        // SAFETY: `unprotected` is enough for a pointer the reclaimer lock keeps alive (I16, I17).
         let old = self
             .head
             .load(Ordering::Acquire, unsafe { epoch::unprotected() });
@@ -183,11 +183,11 @@ impl EpochMap {
     /// version's epoch reference goes to the collector and the version itself to the writer's
     /// [`Reclaimer`].
     fn publish<R>(&self, f: impl FnOnce(&mut Write<'_, VersionRef>) -> Option<R>) -> Option<R> {
-        let mut w = lock(&self.writer);
+        let mut w = lock(&self.reclaimer);
         self.publish_locked(&mut w, f)
     }
 
-    /// [`publish`](Self::publish) with the writer mutex held.
+    /// [`publish`](Self::publish) with the reclaimer lock held.
     fn publish_locked<R>(
         &self,
         w: &mut Reclaimer<VersionRef>,
@@ -200,11 +200,11 @@ impl EpochMap {
         });
         // the fills since the version was published are in its nodes, not in its count (I38)
         base.set_len(self.len.load(Ordering::Relaxed));
-        // SAFETY: the writer mutex makes this the only writer (I16); the current version's nodes
+        // SAFETY: the reclaimer lock makes this the only writer (I16); the current version's nodes
         // are alive (I13) and every published node is born at `seq` or earlier (I12).
         let mut write = unsafe { w.write(base, seq) };
         let r = f(&mut write)?;
-        // Relaxed: a count, read for `len` only; the writer mutex orders the writers' accesses.
+        // Relaxed: a count, read for `len` only; the reclaimer lock orders the writers' accesses.
         self.len.store(write.trie().len(), Ordering::Relaxed);
         let header = EpochVersion {
             v: Version::new(write.trie(), write.seq()),
@@ -244,7 +244,7 @@ impl EpochMap {
             // they all unpinned (I14, I37). `retired` owns the epoch reference and gives it up
             // (I17); it touches only the header, which that reference keeps alive, and runs no
             // user code, so running it inside any pin or flush of our collector is harmless (I18).
-            // Through the writers' participant, not this thread's: a thread that only writes
+            // Through the retiring participant, not this thread's: a thread that only writes
             // registers no participant and strands nothing in a bag of its own (I37).
             unsafe { collector::retire(retired, Flush::Batched) };
         }
@@ -316,7 +316,7 @@ impl Backend for Epoch {
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
     const EMPTY: EpochMap = EpochMap {
         head: Atomic::null(),
-        writer: Mutex::new(Reclaimer::NEW),
+        reclaimer: Mutex::new(Reclaimer::NEW),
         len: AtomicUsize::new(0),
     };
 
@@ -324,7 +324,7 @@ impl Backend for Epoch {
     fn empty() -> EpochMap {
         EpochMap {
             head: Atomic::null(),
-            writer: Mutex::new(Reclaimer::NEW),
+            reclaimer: Mutex::new(Reclaimer::NEW),
             len: AtomicUsize::new(0),
         }
     }
@@ -362,9 +362,9 @@ impl Backend for Epoch {
     }
 
     fn insert(map: &EpochMap, rank: u64, ptr: Erased) {
-        let mut w = lock(&map.writer);
+        let mut w = lock(&map.reclaimer);
         if let Some(v) = map.published(&mut w) {
-            // SAFETY: the writer mutex makes this the only writer (I16); the published version's
+            // SAFETY: the reclaimer lock makes this the only writer (I16); the published version's
             // header and nodes are alive while it is held (I13, I17); the caller initialized the
             // instance (I2).
             if unsafe { w.fill(&v.as_ref().v.trie, rank, ptr) } {
@@ -390,23 +390,23 @@ impl Backend for Epoch {
     }
 
     fn len(map: &EpochMap) -> usize {
-        // Under the writer mutex: the count and the entries are written in one critical section
+        // Under the reclaimer lock: the count and the entries are written in one critical section
         // (a fill or a publication), so a lookup after `len` sees every entry it counts, and a
         // `len` after a lookup counts what the lookup found (the mutex orders the reader after
         // the write it observed). A lock-free read of the counter would give neither: it is a
         // second location, not part of the published version (found in review).
-        let _w = lock(&map.writer);
+        let _w = lock(&map.reclaimer);
         // Relaxed: written under the same mutex.
         map.len.load(Ordering::Relaxed)
     }
 
     fn iter(map: &EpochMap) -> EpochIter<'_> {
-        // Under the writer mutex, for as long as one load and one increment take: no write can
+        // Under the reclaimer lock, for as long as one load and one increment take: no write can
         // publish or fill meanwhile (I16), so the version taken is frozen before any later write
         // (I38) and stays a snapshot. No user code runs while the mutex is held.
-        let mut w = lock(&map.writer);
+        let mut w = lock(&map.reclaimer);
         let version = map.published(&mut w).inspect(|v| {
-            // SAFETY: alive while the writer mutex is held (I16, I17).
+            // SAFETY: alive while the reclaimer lock is held (I16, I17).
             let v = unsafe { v.as_ref() };
             w.freeze(v.v.seq);
             // Relaxed, as `Arc::clone`: the epoch reference keeps the count above zero, and the

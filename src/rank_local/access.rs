@@ -3,18 +3,18 @@
 //! thread-cache probe followed by its `#[cold]` slow path. First in the module tree, so that
 //! rustdoc lists these methods first on the `RankLocal` page.
 
+#![deny(unsafe_code)]
+
 use core::convert::Infallible;
 
-use super::init::Access;
-use super::instance::InstancePtr;
+use super::raw::{Inst, Locked};
 use super::{fresh_uid, RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::cache;
 use crate::collector;
 use crate::counters;
-use crate::erased::Erased;
 use crate::identity::{self, RankId};
-use crate::primitive::{try_lock, Ordering};
+use crate::primitive::Ordering;
 
 // Construction and access: each lookup probes the thread cache inline and falls back to a
 // `#[cold]` path.
@@ -188,13 +188,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             }
             rank
         };
-        let p = self.insert(rank, init, Access::Escaped)?.p; // no pin: the sweep's frees are done
-        if Self::uses_thread_cache(rank) {
-            cache::store(self.uid_or_assign(), rank, p.erased());
-        }
-        // SAFETY: `p` was just published in this map (I2, I5), escaped (I31), so valid while
-        // `&self` lives (I1); the same `T` every reader of this `RankLocal` reads (I9).
-        Ok(unsafe { p.value() })
+        self.first_touch_escaped(rank, init) // no pin: the sweep's frees are done
     }
 
     /// The current rank's instance if it exists; never creates one.
@@ -267,22 +261,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             }
         }
         // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
-        // Baseline), which keeps `p` alive from the map load to the escape (I33).
-        let p = B::get_with(&self.map, rank, |p| {
-            // SAFETY: an instance of this map (I5), read from it and protected while this runs
-            // (I33).
-            let p = unsafe { InstancePtr::<T>::new(p) };
-            // SAFETY: as just said (I33).
-            unsafe { p.escape() }.then_some(p)
-        })?;
-        // `None`: being reclaimed, the rank's instance is gone (I30)
-        let p = p?;
-        if Self::uses_thread_cache(rank) {
-            cache::store(self.uid_or_assign(), rank, p.erased());
-        }
-        // SAFETY: `p` is a published instance of this map (I2, I5), now escaped, so valid while
-        // `&self` lives (I1, I31), inserted as this very `T` (invariance, I9).
-        Some(unsafe { p.value() })
+        // Baseline), which keeps the instance alive from the map load to the escape (I33).
+        self.lookup_escaped(rank)
     }
 
     /// [`lookup_slow`](Self::lookup_slow) under a free writer lock: `None` if another thread
@@ -290,60 +270,13 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[cold]
     #[inline(never)]
     fn lookup_escaped_unpinned(&self, rank: u64) -> Option<Option<&T>> {
-        let p = match self.lookup_unpinned(rank, true)? {
-            Some(p) => p,
-            None => return Some(None),
-        };
-        if Self::uses_thread_cache(rank) {
-            cache::store(self.uid_or_assign(), rank, p.erased());
-        }
-        // SAFETY: a published instance of this map (I2, I5), escaped under the writer lock (I31),
-        // so valid while `&self` lives (I1); this very `T` (I9).
-        Some(Some(unsafe { p.value() }))
-    }
-
-    /// `rank`'s instance looked up under the writer lock with no pin, ESCAPED first if `escape`;
-    /// `None` if another thread holds the lock (the caller then pins). Under the lock the map
-    /// cannot change and its version's nodes stay alive (I16, I17), so no pin is needed for the
-    /// lookup; what the caller does afterwards needs the protection its access says (an escape,
-    /// or the live owner's, I31, I35). Takes the lock only if it is free: a lookup that never
-    /// creates never waits.
-    pub(super) fn lookup_unpinned(
-        &self,
-        rank: u64,
-        escape: bool,
-    ) -> Option<Option<InstancePtr<T>>> {
-        let _w = try_lock(&self.writer)?;
+        // Under the writer lock the map cannot change and its version's nodes stay alive (I16,
+        // I17), so no pin is needed for the lookup. The escape is a CAS: an owner-only
+        // instance's exit work may move it on meanwhile, under its gate lock, not this one (I39);
+        // a tombstone counts as absent.
+        let w = Locked::try_new(self)?;
         counters::bump!(UNPINNED_LOOKUPS);
-        // SAFETY: under the writer lock, which serializes every write to the map (I16).
-        let Some(p) = (unsafe { B::get_by_writer(&self.map, rank) }) else {
-            return Some(None);
-        };
-        // SAFETY: an instance of this map (I5).
-        let p = unsafe { InstancePtr::<T>::new(p) };
-        // SAFETY: in the map under the writer lock, so not RECLAIMING and alive (I30, I32). The
-        // escape is a CAS: an owner-only instance's exit work may move it on meanwhile, under its
-        // gate lock, not this one (I39); a tombstone counts as absent.
-        if escape && !unsafe { p.escape() } {
-            return Some(None);
-        }
-        Some(Some(p))
-    }
-
-    /// The thread cache's entry for `rank` (step 1).
-    #[inline]
-    pub(super) fn cached(&self, rank: u64) -> Option<&T> {
-        if !Self::uses_thread_cache(rank) {
-            return None;
-        }
-        // Relaxed: the uid is only a name; the pointer's validity was established by this
-        // thread's own Acquire when it filled the entry (I4).
-        let uid = self.uid.load(Ordering::Relaxed);
-        let p = cache::lookup(uid, rank)?;
-        // SAFETY: a hit for this `RankLocal`'s current uid is one of its published instances
-        // (I4, I5), valid for the `&self` borrow and never mutably aliased (I1); it is a `T` of
-        // exactly this type, lifetimes included, since `RankLocal` is invariant in `T` (I9).
-        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
+        Some(w.get(rank).and_then(Inst::escape_cached))
     }
 
     /// Whether lookups of `rank` go through the thread cache on this backend.
@@ -417,10 +350,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         T: SyncValue,
     {
         let rank = identity::current_raw_or_zero();
-        if let Some(v) = self.cached_owner(rank) {
-            return f(v);
+        match self.with_owner_entry(rank | cache::OWNER_TAG, f) {
+            Ok(r) => r,
+            Err(f) => self.with_slow(init, f),
         }
-        self.with_slow(init, f)
     }
 
     /// The current rank's instance lent to `f` if it exists, else `None`: never creates one, and,
@@ -466,23 +399,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         T: SyncValue,
     {
         let rank = rank.as_u64();
-        if let Some(v) = self.cached_owner(rank) {
-            return Some(f(v));
+        match self.with_owner_entry(rank | cache::OWNER_TAG, f) {
+            Ok(r) => Some(r),
+            Err(f) => self.with_for_slow(rank, f),
         }
-        self.with_for_slow(rank, f)
-    }
-
-    /// The owner's scoped entry for `rank`: a hit only for this thread's own, live rank (I34).
-    #[inline]
-    fn cached_owner(&self, rank: u64) -> Option<&T> {
-        // Relaxed: the uid is only a name here; an owner entry stays valid whatever the uid
-        // (I34, I35).
-        let uid = self.uid.load(Ordering::Relaxed);
-        let p = cache::lookup(uid, rank | cache::OWNER_TAG)?;
-        // SAFETY: an owner entry was filled by this thread for its own rank while it was alive
-        // and is wiped before the rank exits (I34), so the instance is not reclaimed (I35) and
-        // stays valid for `&self` (I1); a `T` of this map (I5, I9).
-        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
     }
 }
 

@@ -10,13 +10,15 @@
 //! the lock, publishes, and ends the claim; if `init` panics or errs, a drop guard ends the claim
 //! and nothing is inserted, so the next call tries again.
 
-use super::instance::{self, InstancePtr, ESCAPED, OWNED, SCOPED};
-use super::reclaim::{FreeLater, Ready, SweepWhen};
-use super::{RankLocal, Writer};
+#![deny(unsafe_code)]
+
+use core::cell::OnceCell;
+
+use super::raw::{self, Inst, Locked, Pinned};
+use super::reclaim::{Ready, SweepWhen};
+use super::RankLocal;
 use crate::backend::Backend;
-use crate::collector::{count_pin, pin, Pin};
 use crate::identity::{self, RankId};
-use crate::primitive::{lock, wait, Ordering};
 
 /// A rank whose `init` is running, and the OS thread (its own rank id) running it.
 pub(super) struct Claim {
@@ -49,7 +51,7 @@ struct ClaimGuard<'a, T: Send, B: Backend> {
 
 impl<T: Send, B: Backend> Drop for ClaimGuard<'_, T, B> {
     fn drop(&mut self) {
-        let wake = end_claim(&mut lock(&self.rl.writer), self.rank);
+        let wake = end_claim(&mut Locked::new(self.rl), self.rank);
         if wake {
             crate::counters::bump!(CLAIM_NOTIFIES);
             self.rl.claim_ended.notify_all();
@@ -60,59 +62,92 @@ impl<T: Send, B: Backend> Drop for ClaimGuard<'_, T, B> {
 /// Ends `rank`'s claim, under the writer lock; `true` if a thread waits for a claim to end, so
 /// the caller must notify `claim_ended` (after unlocking). Counting waiters under the lock saves
 /// a futex system call per first touch when, as almost always, nobody waits.
-fn end_claim(w: &mut Writer, rank: u64) -> bool {
+fn end_claim<T: Send, B: Backend>(w: &mut Locked<'_, T, B>, rank: u64) -> bool {
     w.claims.retain(|c| c.rank != rank);
     w.claim_waiters > 0
 }
 
-/// An instance lent to a caller: the pin that protects it, if it needs one (I33), and, with a
-/// pin, the batches its sweep left ready in the queue ([`FreeLater`]). Fields drop in order: the
-/// pin first, then what is still ready is taken and freed, so no other rank's value is dropped
-/// while this one is pinned (a value's `Drop` may want to wait for a grace period).
-pub(super) struct Lent<'a, T: Send, B: Backend> {
-    pub(super) p: InstancePtr<T>,
-    pub(super) pin: Option<Pin>,
-    pub(super) _frees: FreeLater<'a, T, B>,
-}
-
 impl<T: Send, B: Backend> RankLocal<T, B> {
-    /// First touch of `rank` (step 3 of a lookup): the init protocol in the module docs. Returns
-    /// the instance, ESCAPED for [`Access::Escaped`] (I31), and for [`Access::Scoped`] a pin taken
-    /// under the writer lock, so no sweep can have retired the instance before it (I33). Pins
-    /// nothing else: a thread whose first touches are its own registers no epoch participant.
+    /// First touch of `rank` for a `&T` that escapes (`get` and friends): ESCAPED (I31), and
+    /// remembered by the thread cache. Pins nothing.
     #[track_caller]
-    pub(super) fn insert<E>(
+    pub(super) fn first_touch_escaped<E>(
         &self,
         rank: u64,
         init: impl FnOnce() -> Result<T, E>,
+    ) -> Result<&T, E> {
+        let (v, _) = self.first_touch(rank, init, Access::Escaped, |_, i| i.escape_cached())?;
+        Ok(v)
+    }
+
+    /// First touch of the live owner's own rank, for `with` ([`Access::Owner`]) or `with_own`
+    /// ([`Access::Own`]): the instance needs no pin while the thread runs (I35).
+    #[track_caller]
+    pub(super) fn first_touch_owner<'o, E>(
+        &'o self,
+        owner: &'o raw::LiveOwner<'o, T, B>,
+        init: impl FnOnce() -> Result<T, E>,
         access: Access,
-    ) -> Result<Lent<'_, T, B>, E> {
+    ) -> Result<Inst<'o, 'o, T, B>, E> {
+        debug_assert!(matches!(access, Access::Owner | Access::Own));
+        let (i, _) = self.first_touch(owner.rank(), init, access, |_, i| {
+            let i = owner.adopt(i)?;
+            // Moved on from OWNED as `access` needs; a tombstone serves nothing (I39).
+            match access {
+                Access::Own => i.own().map(|_| i),
+                _ => i.scope().map(|_| i),
+            }
+        })?;
+        Ok(i)
+    }
+
+    /// First touch of `rank` for a scoped read by anyone but the live owner: lends the value to
+    /// `f` under a pin taken under the writer lock, so no sweep can have retired the instance
+    /// before it (I33). Once the pin is released, frees what this first touch's sweep left ready
+    /// (a value's `Drop` may wait for a grace period, which must not wait for this pin).
+    #[track_caller]
+    pub(super) fn first_touch_scoped<R, E>(
+        &self,
+        rank: u64,
+        init: impl FnOnce() -> Result<T, E>,
+        f: impl FnOnce(&T) -> R,
+    ) -> Result<R, E> {
+        let pin = OnceCell::new();
+        let (v, waiting) = self.first_touch(rank, init, Access::Scoped, |w, i| {
+            w.protect(i, pin.get_or_init(|| Pinned::new(self))).scope()
+        })?;
+        let r = f(v);
+        drop(pin); // first: no other rank's value is dropped while this one is pinned
+        if waiting {
+            self.free_after_unpin();
+        }
+        Ok(r)
+    }
+
+    /// First touch of `rank` (step 3 of a lookup): the init protocol in the module docs.
+    /// `hand` gets the instance under the writer lock — one another thread published meanwhile,
+    /// or the one published here — and makes it into what the caller keeps after the lock is
+    /// released (an escaped `&T`, an instance under a pin or of the live owner), or `None` if it
+    /// cannot serve (a tombstone, refilled then). Pins nothing itself: a thread whose first
+    /// touches are its own registers no epoch participant. Returns also whether ready batches
+    /// were left queued for [`free_after_unpin`](Self::free_after_unpin) (a scoped caller's).
+    #[track_caller]
+    fn first_touch<'a, E, H>(
+        &'a self,
+        rank: u64,
+        init: impl FnOnce() -> Result<T, E>,
+        access: Access,
+        mut hand: impl FnMut(&Locked<'a, T, B>, Inst<'_, 'a, T, B>) -> Option<H>,
+    ) -> Result<(H, bool), E> {
         crate::counters::bump!(INSERTS);
-        instance::check_not_dropping(self as *const Self as usize, rank);
+        raw::check_not_dropping(self as *const Self as usize, rank);
         let me = identity::own_raw();
-        let protect = || {
-            (access == Access::Scoped).then(|| {
-                let guard = pin();
-                count_pin(&guard);
-                guard
-            })
-        };
-        let mut w = lock(&self.writer);
+        let mut w = Locked::new(self);
         loop {
-            // SAFETY: under the writer lock, which serializes every write to the map (I16).
-            if let Some(p) = unsafe { B::get_by_writer(&self.map, rank) } {
-                // published by another thread meanwhile
-                // SAFETY: an instance of this map (I5); in the map under the writer lock, so not
-                // RECLAIMING and alive (I30, I32).
-                let p = unsafe { InstancePtr::<T>::new(p) };
-                // Moved on from OWNED as `access` needs (I30, I31, I39); a tombstone is absent
-                // and refilled below.
-                if Self::serves(p, access) {
-                    return Ok(Lent {
-                        p,
-                        pin: protect(),
-                        _frees: FreeLater::nothing(self),
-                    });
+            if let Some(i) = w.get(rank) {
+                // published by another thread meanwhile; a tombstone is refilled below
+                if let Some(h) = hand(&w, i) {
+                    return Ok((h, false));
                 }
             }
             match w.claims.iter().find(|c| c.rank == rank) {
@@ -127,7 +162,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
                 }
                 Some(_) => {
                     w.claim_waiters += 1;
-                    w = wait(&self.claim_ended, w);
+                    w = w.wait(&self.claim_ended);
                     w.claim_waiters -= 1;
                 }
             }
@@ -137,37 +172,26 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 
         let claim = ClaimGuard { rl: self, rank };
         let value = init()?; // on panic or error, `claim` ends the claim; nothing is inserted
-        let state = match access {
-            Access::Escaped => ESCAPED,
-            Access::Owner | Access::Scoped => SCOPED,
-            Access::Own => OWNED,
-        };
-        let p = InstancePtr::alloc(value, state);
-        let (p, guard, ready, waiting, wake) = {
-            let mut w = lock(&self.writer);
-            // Pinned before the sweep below may retire `p` (an exited rank's scoped instance):
-            // its deferral then waits for this pin (I32, I33).
-            let guard = protect();
-            // Relaxed: read only under this lock, and published with the instance (I2, I31). A
-            // refilled tombstone keeps its own count (an `iter` since may hold it, I39).
-            // SAFETY: `p` was allocated above and is not published yet: alive (I1).
-            unsafe { p.born() }.store(w.walks, Ordering::Relaxed);
+        let (h, ready, waiting, wake) = {
+            let mut w = Locked::new(self);
+            if access == Access::Own {
+                w.make_gate(); // the thread's exit work reaches the instance through it (I39)
+            }
             // into the rank's tombstone if it has one (I39)
-            let p = self.publish(&w, rank, p, state);
+            let h = hand(&w, w.publish(rank, value, access))
+                .expect("ranklocal: a published instance serves its first touch");
             if access != Access::Escaped {
                 Self::watch_exit(&mut w, rank); // after publishing: see I36
             }
-            if access == Access::Own {
-                Self::register_owned(&mut w, rank, p); // for the thread's exit work (I39)
-            }
             // Writers sweep exited ranks' scoped-only instances, amortized (I32, I36). A caller
-            // that stays pinned leaves the ready batches queued until it unpinned (`FreeLater`).
-            let (ready, waiting) = if guard.is_some() {
-                (Ready::NONE, self.sweep_leaving_ready(&mut w))
+            // that stays pinned leaves the ready batches queued until it unpinned.
+            let (ready, waiting) = if access == Access::Scoped {
+                (Ready::NONE, Self::sweep_leaving_ready(&mut w))
             } else {
-                (self.sweep(&mut w, SweepWhen::Due).1, false)
+                (Self::sweep(&mut w, SweepWhen::Due).1, false)
             };
-            (p, guard, ready, waiting, end_claim(&mut w, rank))
+            let wake = end_claim(&mut w, rank);
+            (h, ready, waiting, wake)
         };
         core::mem::forget(claim); // ended above, with the publication
         if wake {
@@ -178,10 +202,6 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // explicit reclamation call.
         self.free_ready(ready);
         self.check_kept(access); // debug builds: warn once if many values are kept for exited ranks
-        Ok(Lent {
-            p,
-            pin: guard,
-            _frees: FreeLater::after_unpin(self, waiting),
-        })
+        Ok((h, waiting))
     }
 }

@@ -1,14 +1,14 @@
 //! Iteration: `iter` (one snapshot; marks what it hands out ESCAPED, I31), `iter_mut` and
 //! `into_iter` (exclusive access, I6), and the iterator types.
 
-use core::iter::FusedIterator;
-use core::marker::PhantomData;
+#![deny(unsafe_code)]
 
-use super::instance::InstancePtr;
+use core::iter::FusedIterator;
+
+use super::raw::{Locked, ValuesMut, Walk};
 use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::identity::RankId;
-use crate::primitive::{lock, AtomicUsize, Ordering};
 
 impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Every `(rank, instance)`, from one consistent snapshot taken when called (ranks inserted
@@ -58,16 +58,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // (I30). Counting the walk is what marks the snapshot's instances escaped: every one of
         // them was published at a lower count, so no sweep takes it from now on (I31). O(1)
         // under the lock, whatever the map holds.
-        let mut w = lock(&self.writer);
-        w.walks += 1;
-        // Relaxed: read by sweeps under the writer lock, which orders this increment before them.
-        self.iterators.fetch_add(1, Ordering::Relaxed);
-        let inner = B::iter(&self.map);
-        drop(w);
         Iter {
-            inner,
-            live: &self.iterators,
-            _rl: PhantomData,
+            walk: Locked::new(self).walk(),
         }
     }
 
@@ -92,11 +84,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// assert_eq!(totals.get_for(job.id()), Some(&3));
     /// ```
     pub fn iter_mut(&mut self) -> IterMut<'_, T, B> {
-        self.settle_owned(true); // no exit work touches what is lent, no tombstone is left (I39)
+        // No exit work touches what is lent, no tombstone is left (I39).
         IterMut {
-            remaining: B::len(&self.map),
-            inner: B::iter(&self.map),
-            _rl: PhantomData,
+            inner: self.values_mut(),
         }
     }
 }
@@ -127,18 +117,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 /// assert_eq!(rl.iter().count(), 2);
 /// ```
 pub struct Iter<'a, T, B: Backend> {
-    inner: B::Iter<'a>,
-    /// The `RankLocal`'s count of live iterators, given back on drop (I39).
-    live: &'a AtomicUsize,
-    _rl: PhantomData<(&'a T, &'a B)>,
-}
-
-impl<T, B: Backend> Drop for Iter<'_, T, B> {
-    fn drop(&mut self) {
-        // Release: this iterator's reads of its snapshot's tombstones happen before a sweep that
-        // sees the count drop (Acquire) frees them (I39).
-        self.live.fetch_sub(1, Ordering::Release);
-    }
+    walk: Walk<'a, T, B>,
 }
 
 impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
@@ -146,22 +125,8 @@ impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let (rank, p) = self.inner.next()?;
-            // SAFETY: an instance of the borrowed `RankLocal` (I5) in the iterator's snapshot:
-            // published before `iter` counted its walk, so no sweep takes or frees it while the
-            // `RankLocal` is borrowed (I31, I39); only `&mut` could, which the borrow excludes.
-            let p = unsafe { InstancePtr::<T>::new(p) };
-            // Marked as it is yielded, not by `iter`: an owner-only instance moves to ESCAPED
-            // unless its thread's exit work took it first (then it is skipped, I39); the others
-            // are kept already (I31), and the CAS only makes their state say so.
-            // SAFETY: alive, as just said.
-            if unsafe { p.escape() } {
-                // SAFETY: escaped, so valid while the `RankLocal` is borrowed (I1, I31); a `T`
-                // of this map (I5, I9).
-                return Some((RankId::from_raw(rank), unsafe { p.value() }));
-            }
-        }
+        let (rank, v) = self.walk.next_escaped()?;
+        Some((RankId::from_raw(rank), v))
     }
 }
 
@@ -186,10 +151,7 @@ impl<'a, T: 'a, B: Backend> FusedIterator for Iter<'a, T, B> {}
 /// assert_eq!(rl.try_get(), Some(&vec![1, 2]));
 /// ```
 pub struct IterMut<'a, T, B: Backend> {
-    inner: B::Iter<'a>,
-    /// Instances not yet yielded: the map cannot change while it is mutably borrowed.
-    remaining: usize,
-    _rl: PhantomData<&'a mut RankLocal<T, B>>,
+    inner: ValuesMut<'a, T, B>,
 }
 
 impl<'a, T: 'a, B: Backend> Iterator for IterMut<'a, T, B> {
@@ -197,19 +159,14 @@ impl<'a, T: 'a, B: Backend> Iterator for IterMut<'a, T, B> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        let (rank, p) = self.inner.next()?;
-        self.remaining = self.remaining.saturating_sub(1);
-        // SAFETY: the `RankLocal` is mutably borrowed for 'a (I6), each rank has its own
-        // allocation (I1, I5) and the snapshot yields each rank once, so the `&mut T`s are
-        // disjoint and unaliased.
-        Some((RankId::from_raw(rank), unsafe {
-            InstancePtr::<T>::new(p).value_mut()
-        }))
+        let (rank, v) = self.inner.next()?;
+        Some((RankId::from_raw(rank), v))
     }
 
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.remaining, Some(self.remaining))
+        let n = self.inner.remaining();
+        (n, Some(n))
     }
 }
 
@@ -251,15 +208,11 @@ impl<T: Send, B: Backend> IntoIterator for RankLocal<T, B> {
     /// ```
     fn into_iter(mut self) -> Self::IntoIter {
         self.settle_owned(true); // no exit work touches what is moved out, no tombstone (I39)
-        let entries = B::retain(&mut self.map, &mut |_| false);
-        let owned: Vec<(RankId, T)> = entries
+        let owned: Vec<(RankId, T)> = self
+            .remove_where_mut(&mut |_| false)
+            .into_values()
             .into_iter()
-            .map(|(rank, p)| {
-                // SAFETY: owned `self` (I6); an instance of this map (I5), removed, moved out
-                // once; moving out runs no `T::drop`, so no panic can strand the rest (I10).
-                let value = unsafe { InstancePtr::<T>::new(p).into_value() };
-                (RankId::from_raw(rank), value)
-            })
+            .map(|(rank, v)| (RankId::from_raw(rank), v))
             .collect();
         owned.into_iter()
     }

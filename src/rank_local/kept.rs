@@ -2,13 +2,16 @@
 //! they were handed out as `&T` (state ESCAPED, I31), and, in debug builds, a one-time warning
 //! when a map keeps many of them.
 
+#![deny(unsafe_code)]
+
 use super::init::Access;
-use super::instance::{InstancePtr, ESCAPED, SCOPED};
+use super::raw::Pinned;
 use super::RankLocal;
 use crate::backend::Backend;
-use crate::collector::{count_pin, pin};
 use crate::identity;
-use crate::primitive::{lock, Ordering};
+use crate::primitive::lock;
+#[cfg(all(debug_assertions, not(loom)))]
+use crate::primitive::Ordering;
 
 /// The smallest map the debug warning looks at: it checks when the number of instances reaches a
 /// power of two from here on.
@@ -61,24 +64,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let walks = lock(&self.writer).walks;
         let mut escaped: Vec<u64> = {
             // The pin covers the snapshot's load and the visit (I33).
-            let guard = pin();
-            count_pin(&guard);
-            B::iter(&self.map)
-                .filter(|&(_, p)| {
-                    // SAFETY: an instance of this map (I5), read from a snapshot loaded under
-                    // `guard`, so alive while it is held (I32, I33).
-                    let p = unsafe { InstancePtr::<T>::new(p) };
-                    // SAFETY: as just said (I33). Acquire, as `for_each` reads it; Relaxed for
-                    // the count, written before the instance was published (I2, I31).
-                    let (state, born) = unsafe { (p.state(), p.born()) };
-                    match state.load(Ordering::Acquire) {
-                        ESCAPED => true,
-                        SCOPED => born.load(Ordering::Relaxed) < walks,
-                        _ => false, // owner-only, being reclaimed, or a tombstone
-                    }
-                })
-                .map(|(rank, _)| rank)
-                .collect()
+            let pin = Pinned::new(self);
+            let handed_out = pin.iter().filter(|i| i.handed_out(walks));
+            handed_out.map(|i| i.rank()).collect()
         };
         identity::retain_exited(&mut escaped);
         escaped.len()

@@ -12,16 +12,17 @@
 //! - this file: the struct, its fields and the uid;
 //! - `access`: construction and the hot path — each `#[inline]` cache probe followed by its
 //!   `#[cold]` slow path — then `len`;
-//! - `instance`: an instance's allocation, its typed pointer and state machine, and dropping
-//!   instances (I1, I5, I10, I30, I31);
+//! - `raw`: the only module that types an instance pointer back and reads through it: instances
+//!   as references tied to their protection (a pin, the writer lock, the live owner, an escape,
+//!   `&mut`), an instance's allocation and state machine, removed instances as owned batches,
+//!   the exit drop's gate (I1, I5, I10, I30–I39); every other module is `#![deny(unsafe_code)]`;
 //! - `init`: first touch — the writer lock, claims, publication (I2, I16);
 //! - `scoped`: `with`/`with_for` off the owner's hit path, and `for_each` (I33–I35);
 //! - `reclaim`: sweeps of exited ranks, `reclaim_exited`, the `&mut` removals and drop (I6, I10,
 //!   I32);
 //! - `iter`: `iter`, `iter_mut`, `into_iter` (I15, I31);
 //! - `kept`: `kept_exited` and its debug-build warning;
-//! - `own`: the owner-only family (`with_own`, `get_own`, ...), [`SyncValue`], `Debug`, and
-//!   dropping at its thread's exit what only `with_own` reached (I39).
+//! - `own`: the owner-only family (`with_own`, `get_own`, ...), [`SyncValue`] and `Debug`.
 //!
 //! The invariants the `// SAFETY:` comments cite (I1, I2, ...) are stated once, in
 //! papers/design.md §4, rendered as [`crate::design`].
@@ -29,8 +30,10 @@
 // The modules whose `impl RankLocal` blocks hold public methods are declared in the order a user
 // reads the `RankLocal` page, which rustdoc follows: construct and access (`access`), scoped
 // visits, owner-only access, iteration, reclamation.
+#![deny(unsafe_code)]
+
 mod init;
-mod instance;
+mod raw;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -43,7 +46,7 @@ use crate::primitive::{global, Arc, AtomicU64, Condvar, Mutex, Ordering};
 use self::init::Claim;
 pub use self::iter::{Iter, IterMut};
 pub use self::own::SyncValue;
-pub(crate) use self::own::{run_exit_work, Gate};
+pub(crate) use self::raw::{run_exit_work, Gate};
 use self::reclaim::Sweep;
 
 global! {
@@ -163,14 +166,8 @@ struct Writer {
     walks: u64,
     /// Shared with the exit hooks of threads that have an OWNED instance here; made by the first
     /// `with_own` first touch (`own`, I39).
-    gate: Option<Arc<own::Gate>>,
+    gate: Option<Arc<raw::Gate>>,
 }
-
-// SAFETY: `&RankLocal` lets any thread create an instance that another thread later drops or
-// moves out, hence `T: Send`; every method that can hand a `&T` to another thread than the
-// instance's owner's requires `T: Sync` itself ([`SyncValue`]), and the `T: Send` ones reach only
-// the calling OS thread's own instance (I7, I39). The other fields are `Sync`.
-unsafe impl<T: Send, B: Backend> Sync for RankLocal<T, B> {}
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
 macro_rules! empty_rank_local {

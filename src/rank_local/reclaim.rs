@@ -20,31 +20,16 @@
 //! reclamation call (`reclaim_exited*`, `purge_exited`, `clear`, drop) for a sweep a first touch
 //! ran, so that an unrelated rank's `get`/`with` never panics with another value's panic.
 
-use core::any::Any;
+#![deny(unsafe_code)]
+
 use std::collections::VecDeque;
 
-use super::instance::{drop_all, drop_payload, is_dropping, InstancePtr};
-use super::own::close_gate;
-use super::{fresh_uid, RankLocal, Writer};
+use super::raw::{close_gate, drop_payload, is_dropping, Batch, Locked, Payload, Taken};
+use super::{RankLocal, Writer};
 use crate::backend::Backend;
-use crate::cache;
-use crate::collector::{self, Flush, Retired};
-use crate::erased::Erased;
+use crate::collector;
 use crate::identity::{self, Inbox};
-use crate::primitive::{lock, mutex_mut, Arc, AtomicBool, Ordering};
-
-/// Instances the sweeper unpublished, freed once `done` is set: by a deferred epoch closure that
-/// runs after every thread pinned when it was deferred has unpinned (I32).
-pub(super) struct Batch {
-    /// Sweeps number their batches (for `reclaim_exited_blocking`, which waits for the ones
-    /// retired before it returns).
-    serial: u64,
-    done: Arc<AtomicBool>,
-    entries: Vec<(u64, Erased)>,
-}
-
-/// A panic payload, kept to re-raise at an explicit reclamation call.
-type Payload = Box<dyn Any + Send>;
+use crate::primitive::{lock, mutex_mut, Arc};
 
 /// The sweeper's bookkeeping (part of what the writer lock guards).
 pub(super) struct Sweep {
@@ -52,9 +37,9 @@ pub(super) struct Sweep {
     /// scoped first touch (I36).
     inbox: Option<Arc<Inbox>>,
     /// Unpublished instances waiting for their grace period (I32), by ascending serial.
-    batches: VecDeque<Batch>,
+    pub(super) batches: VecDeque<Batch>,
     /// The serial of the next batch.
-    next_serial: u64,
+    pub(super) next_serial: u64,
     /// `batches.len()` at which `take_ready` scans them all, not just the front.
     scan_at: usize,
     /// Batches taken out to be freed and not freed yet: (serial, the freeing thread's own rank).
@@ -77,7 +62,7 @@ impl Sweep {
     };
 
     /// `true` every [`HELP_EVERY`]th time a first touch finds batches still waiting: it then
-    /// flushes the writers' participant, which tries to advance the epoch. Nothing else may: on
+    /// flushes the retiring participant, which tries to advance the epoch. Nothing else may: on
     /// `Baseline`, and on `ArcSwap` without readers, first touches pin nothing, so a batch retired
     /// by the last sweep of a quiet spell would wait for the next explicit call (found in review:
     /// 16 of 64 values never dropped over 10,000 first touches). Costs a flush (a walk of the
@@ -96,9 +81,9 @@ impl Sweep {
     /// collector runs deferred closures roughly in the order they were deferred, so the front
     /// is checked every time and the rest only once the queue has doubled since the last scan.
     fn take_ready(&mut self) -> Vec<Batch> {
-        // Acquire: pairs with the deferred Release store, which the collector runs after every
-        // reader pinned at the retirement unpinned (I32).
-        let ready = |b: &Batch| b.done.load(Ordering::Acquire);
+        // The collector sets a batch's token after every reader pinned at the retirement
+        // unpinned (I32).
+        let ready = |b: &Batch| b.is_ready();
         let mut out = Vec::new();
         while self.batches.front().is_some_and(ready) {
             out.extend(self.batches.pop_front());
@@ -116,19 +101,11 @@ impl Sweep {
         out
     }
 
-    /// Every batch, ready or not (for exclusive access only, I6).
-    fn take_all(&mut self) -> Vec<(u64, Erased)> {
-        core::mem::take(&mut self.batches)
-            .into_iter()
-            .flat_map(|b| b.entries)
-            .collect()
-    }
-
     /// `true` while a batch with a serial below `upto` is retired, or being freed by a thread
     /// other than `me` — unless `in_drop` (`reclaim_exited_blocking`'s wait, see there).
     fn holds_before(&self, upto: u64, me: u64, in_drop: bool) -> bool {
         // `batches` is in ascending serial order: the front is the oldest.
-        self.batches.front().is_some_and(|b| b.serial < upto)
+        self.batches.front().is_some_and(|b| b.serial() < upto)
             || (!in_drop && self.freeing.iter().any(|&(s, t)| s < upto && t != me))
     }
 }
@@ -159,42 +136,8 @@ impl Ready {
 }
 
 /// While batches wait for their grace period, every this many amortized sweeps (first touches)
-/// help it along with a flush of the writers' participant (see [`Sweep::help_due`]).
+/// help it along with a flush of the retiring participant (see [`Sweep::help_due`]).
 const HELP_EVERY: u32 = 8;
-
-/// What a first touch that stays pinned frees once it has unpinned: the ready batches its sweep
-/// left in the queue ([`RankLocal::sweep_leaving_ready`]), if another thread has not freed them
-/// meanwhile. They are not taken out while the pin is held: a value's `Drop` may wait for a
-/// grace period, which must not wait for this pin; and batches taken out are waited for by
-/// `reclaim_exited_blocking` on other threads, which must not wait for the caller's closure
-/// (found in review: a blocking call waited for a delegate's `with` to return). If the thread is
-/// still inside an outer read when this drops (the first touch was nested in a `with_for`, a
-/// `for_each` or another rank's `with`), it takes nothing either ([`RankLocal::take`]): the
-/// batches wait for the next sweep or reclamation call made outside every read.
-pub(super) struct FreeLater<'a, T: Send, B: Backend> {
-    rl: &'a RankLocal<T, B>,
-    waiting: bool,
-}
-
-impl<'a, T: Send, B: Backend> FreeLater<'a, T, B> {
-    /// Takes and frees the ready batches when dropped, if `waiting` (batches were queued).
-    pub(super) fn after_unpin(rl: &'a RankLocal<T, B>, waiting: bool) -> Self {
-        FreeLater { rl, waiting }
-    }
-
-    pub(super) fn nothing(rl: &'a RankLocal<T, B>) -> Self {
-        FreeLater { rl, waiting: false }
-    }
-}
-
-impl<T: Send, B: Backend> Drop for FreeLater<'_, T, B> {
-    fn drop(&mut self) {
-        if self.waiting {
-            let ready = RankLocal::<T, B>::take(&mut lock(&self.rl.writer), SweepWhen::Due);
-            self.rl.free_ready(ready);
-        }
-    }
-}
 
 impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Asks for `rank`'s exit, whose scoped instance the writer holding `w` just published
@@ -207,10 +150,26 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// [`sweep`](Self::sweep) without taking the ready batches out, for a caller that stays
     /// pinned after it unlocks: they stay in the queue, where any other sweep or a blocking call
     /// can take them, and the caller takes what is left once it unpinned
-    /// ([`FreeLater::after_unpin`]). Returns whether batches wait.
-    pub(super) fn sweep_leaving_ready(&self, w: &mut Writer) -> bool {
-        self.unpublish_exited(w, SweepWhen::Due);
+    /// ([`free_after_unpin`](Self::free_after_unpin)). Returns whether batches wait.
+    ///
+    /// They are not taken out while the pin is held: a value's `Drop` may wait for a grace
+    /// period, which must not wait for this pin; and batches taken out are waited for by
+    /// `reclaim_exited_blocking` on other threads, which must not wait for the caller's closure
+    /// (found in review: a blocking call waited for a delegate's `with` to return).
+    pub(super) fn sweep_leaving_ready(w: &mut Locked<'_, T, B>) -> bool {
+        Self::unpublish_exited(w, SweepWhen::Due);
         !w.sweep.batches.is_empty()
+    }
+
+    /// What a scoped first touch frees once it has unpinned: the ready batches its sweep left in
+    /// the queue ([`sweep_leaving_ready`](Self::sweep_leaving_ready)), if another thread has not
+    /// freed them meanwhile. If the thread is still inside an outer read (the first touch was
+    /// nested in a `with_for`, a `for_each` or another rank's `with`), it takes nothing either
+    /// ([`take`](Self::take)): the batches wait for the next sweep or reclamation call made
+    /// outside every read.
+    pub(super) fn free_after_unpin(&self) {
+        let ready = Self::take(&mut Locked::new(self), SweepWhen::Due);
+        self.free_ready(ready);
     }
 
     /// The sweep (I30, I32, I36), under the writer lock `w`: now, or if enough ranks exited (at
@@ -220,83 +179,36 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// retires them as one batch behind an epoch grace period. Returns how many it retired and
     /// the batches now ready to free, which the caller frees with
     /// [`free_ready`](Self::free_ready) after dropping the lock.
-    pub(super) fn sweep(&self, w: &mut Writer, when: SweepWhen) -> (usize, Ready) {
-        let n = self.unpublish_exited(w, when);
+    pub(super) fn sweep(w: &mut Locked<'_, T, B>, when: SweepWhen) -> (usize, Ready) {
+        let n = Self::unpublish_exited(w, when);
         (n, Self::take(w, when))
     }
 
     /// The first half of [`sweep`](Self::sweep): retires the exited ranks' instances as one
     /// batch if due, and returns how many.
-    fn unpublish_exited(&self, w: &mut Writer, when: SweepWhen) -> usize {
-        let walks = w.walks;
+    fn unpublish_exited(w: &mut Locked<'_, T, B>, when: SweepWhen) -> usize {
         // `reclaim_exited` also unpublishes the tombstones exit work left (I39), whose exits a
         // sweep may have taken already (while an iterator held them back)
         let tombs = when == SweepWhen::Now && w.gate.as_ref().is_some_and(|g| g.has_tombs());
-        let sw = &mut w.sweep;
-        let pending = sw.inbox.as_ref().map_or(0, |i| i.len());
+        let inbox = w.sweep.inbox.clone();
+        let pending = inbox.as_ref().map_or(0, |i| i.len());
         let due = tombs
             || pending > 0
                 && (when == SweepWhen::Now
-                    || (pending >= 16 && pending as u64 >= B::len(&self.map) as u64 / 2));
-        let mut n = 0;
-        if due {
-            crate::counters::bump!(SWEEPS);
-            let mut ranks = Vec::new();
-            let mut batch = Vec::new();
-            let exited = sw.inbox.as_ref().map(|i| i.take()).unwrap_or_default();
-            for rank in exited {
-                crate::counters::bump!(WALKED_UNDER_LOCK);
-                // SAFETY: under the writer lock, which serializes every write (I16).
-                let Some(p) = (unsafe { B::get_by_writer(&self.map, rank) }) else {
-                    continue; // removed by `&mut`, never made, or a repeated exit
-                };
-                // SAFETY: an instance of this map (I5), in it under the writer lock: alive (I30,
-                // I32). Its rank came from the inbox, so it has exited (I36) and no live owner
-                // reads it without a pin (I35): the CAS may take it (SCOPED → RECLAIMING, or a
-                // tombstone DROPPED → REAPED, I39), unless an `iter()` since may hold it (I31).
-                if unsafe { InstancePtr::<T>::new(p).take_for_sweep(walks) } {
-                    ranks.push(rank);
-                    batch.push((rank, p));
-                }
-            }
-            // and the tombstones exit work left, whether or not their exits arrived yet (I39)
-            drop(self.take_tombstones(w.gate.as_ref(), &mut ranks, &mut batch));
-            n = batch.len();
-            self.retire_batch(sw, &ranks, batch);
+                    || (pending >= 16 && pending as u64 >= w.rl().len() as u64 / 2));
+        if !due {
+            return 0;
         }
+        crate::counters::bump!(SWEEPS);
+        let mut taken = Taken::default();
+        if let Some(inbox) = &inbox {
+            w.take_exited(inbox, &mut taken);
+        }
+        // and the tombstones exit work left, whether or not their exits arrived yet (I39)
+        w.take_tombstones(&mut taken);
+        let n = taken.len();
+        w.retire(taken);
         n
-    }
-
-    /// Unpublishes `batch` (the instances of `ranks`, taken by a sweep or `iter`: RECLAIMING or
-    /// REAPED) in one write, draws a fresh uid and retires them as one batch behind an epoch grace
-    /// period (I32, I39). Under the writer lock.
-    pub(super) fn retire_batch(&self, sw: &mut Sweep, ranks: &[u64], batch: Vec<(u64, Erased)>) {
-        let n = batch.len();
-        // The token goes to the collector at once, whoever swept (I37): batched with the
-        // writers' other retirements it could wait for 15 more sweeps process-wide on the
-        // backends whose writes retire nothing else (`ArcSwap`, `Baseline`), keeping every
-        // value those sweeps took. A sweep takes at least 16 exits, so this is one flush per
-        // 16 or more exits.
-        let flush = Flush::Now;
-        if n > 0 {
-            let removed = B::remove(&self.map, ranks);
-            debug_assert_eq!(removed, n);
-            // A fresh uid before retiring: pinned scoped entries keyed by the old one are
-            // dead for every reader that pins after this store (I34).
-            self.uid.store(fresh_uid(), Ordering::SeqCst);
-            let done = Arc::new(AtomicBool::new(false));
-            // The collector sets the token (Release, pairing with the Acquire in
-            // `take_ready`) only after every thread pinned now has unpinned (I32, I37). Only
-            // a `'static` token is deferred, never a `T`: no user code runs (I18).
-            // SAFETY: the token owns all it touches (an `Arc`) and frees nothing (I32, I37).
-            unsafe { collector::retire(Retired::Token(Arc::clone(&done)), flush) };
-            sw.batches.push_back(Batch {
-                serial: sw.next_serial,
-                done,
-                entries: batch,
-            });
-            sw.next_serial += 1;
-        }
     }
 
     /// The batches whose grace period passed, taken out of the bookkeeping under the writer lock
@@ -315,7 +227,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         }
         let ready = sw.take_ready();
         let me = identity::own_raw();
-        sw.freeing.extend(ready.iter().map(|b| (b.serial, me)));
+        sw.freeing.extend(ready.iter().map(|b| (b.serial(), me)));
         let help = when == SweepWhen::Due && !sw.batches.is_empty() && sw.help_due();
         Ready {
             batches: ready,
@@ -329,18 +241,14 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let Ready { batches, help } = ready;
         if help {
             crate::counters::bump!(HELPS);
-            collector::flush_writers(); // after this thread let go of its pin, if it had one
+            collector::flush_retirer(); // after this thread let go of its pin, if it had one
         }
         if batches.is_empty() {
             return;
         }
-        let mut serials: Vec<u64> = batches.iter().map(|b| b.serial).collect();
+        let mut serials: Vec<u64> = batches.iter().map(Batch::serial).collect();
         serials.sort_unstable();
-        let entries = batches.into_iter().flat_map(|b| b.entries).collect();
-        // SAFETY: retired instances of this map (I5), unpublished, their cached copies dead (I34)
-        // and no reader left: each batch's grace period passed (I32); each in one batch once
-        // (I10).
-        let panic = unsafe { drop_all::<T>(self as *const Self as usize, entries) };
+        let panic = self.ready_batches(batches).drop_all();
         // `drop_all` never unwinds, so the entries always leave `freeing`: one pass, O(freeing ·
         // log batches), whatever how many batches this frees.
         let mut w = lock(&self.writer);
@@ -404,7 +312,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// If a `T::drop` panicked while this call or an earlier sweep dropped values: every other
     /// value was dropped, then the first such panic is re-raised here.
     pub fn reclaim_exited(&self) -> usize {
-        let (n, ready) = self.sweep(&mut lock(&self.writer), SweepWhen::Now);
+        let (n, ready) = Self::sweep(&mut Locked::new(self), SweepWhen::Now);
         self.free_ready(ready);
         // Help the grace period along (each flush may advance the epoch once); whatever is not
         // ready yet goes with a later sweep.
@@ -413,7 +321,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
                 break; // nothing waits, or inside a read: nothing could be freed here
             }
             collector::flush();
-            let (_, ready) = self.sweep(&mut lock(&self.writer), SweepWhen::Due);
+            let (_, ready) = Self::sweep(&mut Locked::new(self), SweepWhen::Due);
             self.free_ready(ready);
         }
         self.resume_kept_panic();
@@ -475,8 +383,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
              it after the closure returns"
         );
         let (n, upto) = {
-            let mut w = lock(&self.writer);
-            let (n, ready) = self.sweep(&mut w, SweepWhen::Now);
+            let mut w = Locked::new(self);
+            let (n, ready) = Self::sweep(&mut w, SweepWhen::Now);
             let upto = w.sweep.next_serial;
             drop(w);
             self.free_ready(ready);
@@ -492,7 +400,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             let (ready, waiting) = {
                 let mut w = lock(&self.writer);
                 let ready = w.sweep.take_ready();
-                w.sweep.freeing.extend(ready.iter().map(|b| (b.serial, me)));
+                w.sweep
+                    .freeing
+                    .extend(ready.iter().map(|b| (b.serial(), me)));
                 let waiting = w.sweep.holds_before(upto, me, in_drop);
                 (
                     Ready {
@@ -572,20 +482,12 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Removes (and drops) the instances `keep` rejects; returns how many. Re-raises the first
     /// `T::drop` panic, this call's or one a sweep kept, after dropping everything.
     fn remove_where(&mut self, keep: &mut dyn FnMut(u64) -> bool) -> usize {
-        let mut removed = B::retain(&mut self.map, keep);
+        let mut removed = self.remove_where_mut(keep);
         let n = removed.len();
-        let sweep = &mut mutex_mut(&mut self.writer).sweep;
         // Retired batches go too: `&mut self` excludes every reader (I6, I32).
-        removed.extend(sweep.take_all());
-        let kept = sweep.panic.take();
-        if !removed.is_empty() {
-            // Relaxed: `&mut self`, ordered by whatever handed it to us. A fresh uid is drawn
-            // on next use, so no thread cache can hit a removed instance (I4).
-            self.uid.store(cache::NO_UID, Ordering::Relaxed);
-        }
-        // SAFETY: every entry came out of this map (I5) and is no longer in it, and `&mut self`
-        // excludes every other user (I6); the uid reset makes cached copies dead (I4).
-        let panic = unsafe { drop_all::<T>(self as *const Self as usize, removed) };
+        removed.extend(self.take_batches_mut());
+        let kept = mutex_mut(&mut self.writer).sweep.panic.take();
+        let panic = removed.drop_all();
         if let Some(p) = first_of(kept, panic) {
             std::panic::resume_unwind(p);
         }
@@ -622,17 +524,14 @@ impl<T, B: Backend> Drop for RankLocal<T, B> {
     fn drop(&mut self) {
         // First: no exit work starts any more, and the values it moved out are dropped (I39).
         close_gate(mutex_mut(&mut self.writer));
-        let mut removed = B::retain(&mut self.map, &mut |_| false);
-        let sweep = &mut mutex_mut(&mut self.writer).sweep;
-        if let Some(inbox) = &sweep.inbox {
+        let mut removed = self.remove_where_mut(&mut |_| false);
+        if let Some(inbox) = &mutex_mut(&mut self.writer).sweep.inbox {
             inbox.close(); // no more deliveries; the live ranks' registrations get pruned
         }
-        removed.extend(sweep.take_all());
-        let kept = sweep.panic.take();
-        // SAFETY: dropping the `RankLocal` — no other user exists (I6, I32); each pointer is an
-        // instance of this map (I5), removed from it or retired (I32). The uid dies with `self`
-        // and is never reused, so cached copies are dead (I4).
-        let panic = unsafe { drop_all::<T>(self as *const Self as usize, removed) };
+        removed.extend(self.take_batches_mut());
+        let kept = mutex_mut(&mut self.writer).sweep.panic.take();
+        // The uid dies with `self` and is never reused, so cached copies are dead (I4).
+        let panic = removed.drop_all();
         if let Some(p) = first_of(kept, panic) {
             // Re-raised unless this drop runs during an unwind (a second panic would abort).
             if !std::thread::panicking() {

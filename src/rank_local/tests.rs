@@ -92,11 +92,11 @@ fn with_for_of_own_rank_takes_the_owner_path_baseline() {
 }
 
 /// The owner's `with` whose owner entry missed while its instance is in the map — here after a
-/// `get`, which fills a plain entry — finds the instance with a map lookup, not through `insert`:
+/// `get`, which fills a plain entry — finds the instance with a map lookup, not through a first touch (`first_touch`):
 /// readers never take the writer lock (design.md, "first touch").
 ///
 /// Found by mutation testing (issue 21 of the project's tracker): with `with_slow`'s `fresh`
-/// inverted (`== 0` → `!= 0`), every such `with` went through `insert`, under the writer lock,
+/// inverted (`== 0` → `!= 0`), every such `with` went through a first touch, under the writer lock,
 /// found the same instance there, and no test failed.
 fn owner_with_after_get_takes_no_writer_lock<B: Backend>() {
     let rl = RankLocal::<u64, B>::new();
@@ -349,7 +349,7 @@ fn slow_path_pins_flush_the_threads_bag_every_128() {
 }
 
 /// While a retired batch waits for its grace period, every 8th first touch helps it along (a
-/// flush of the writers' participant, which walks the registered threads): not every first touch
+/// flush of the retiring participant, which walks the registered threads): not every first touch
 /// (that walk would be paid on every one), and not none (on `Baseline` nothing else would advance
 /// the epoch while only first touches run).
 fn first_touches_help_a_waiting_batch_every_8th<B: Backend>() {

@@ -11,7 +11,7 @@
 //! replaced).
 //!
 //! # Path copying (I12)
-//! A published node is never written, but for one thing: [`Trie::fill_in_place`] turns an empty
+//! A published node is never written, but for one thing: [`Trie::insert_in_place`] turns an empty
 //! slot of a published node into a full one (I38; `Epoch` only, never for a node an iterator's
 //! snapshot holds): a leaf's slot gets the instance; if the leaf is missing, the deepest node on
 //! its path that exists gets a new leaf (and any missing node above it), built privately and born
@@ -162,7 +162,7 @@ impl Trie {
     /// The caller is the map's only writer (I16); every node reachable from this trie is alive
     /// (I13); `ptr` points to an initialized instance (I2); `frozen` is the sequence number of
     /// the newest version an iterator was handed out for (I38).
-    pub(crate) unsafe fn fill_in_place(
+    pub(crate) unsafe fn insert_in_place(
         &self,
         id: u64,
         ptr: Erased,

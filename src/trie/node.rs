@@ -43,7 +43,7 @@ impl SlotCell {
         NonNull::new(self.0.load(Ordering::Acquire))
     }
 
-    /// The writer's read (I16): only writers store slots, one at a time under the writer mutex,
+    /// The writer's read (I16): only writers store slots, one at a time under the reclaimer lock,
     /// whose happens-before edges order every earlier writer's stores before this load, so
     /// Relaxed sees them (I16).
     #[inline]

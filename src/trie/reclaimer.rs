@@ -1,7 +1,7 @@
 //! The writer's bookkeeping: replaced versions and nodes, freed once no version that contains
 //! them can be read (I13, I14), and [`Write`], the one way a backend changes its trie.
 //!
-//! A backend's write, under its writer mutex (I16):
+//! A backend's write, under its reclaimer lock (I16):
 //! 1. [`Reclaimer::write`] on the published version's trie and sequence number `s`;
 //! 2. [`Write::insert`] / [`Write::remove`] (any number, all at sequence number `s + 1`: each node
 //!    on their paths is copied once);
@@ -30,7 +30,7 @@ pub(crate) trait ReplacedVersion {
 }
 
 /// Dead versions a [`Reclaimer`] keeps for reuse, at most (when [`ReplacedVersion::REUSED`]):
-/// versions die in bursts — the writers' participant is flushed every 16 retirements
+/// versions die in bursts — the retiring participant is flushed every 16 retirements
 /// (`collector`) and a bag's closures run two epoch advances later — so this absorbs two
 /// flushes' worth; each kept header is 48 bytes (`Epoch`), 1.5 KiB per map at most. Measured
 /// (`bash benches/peers_callgrind.sh`, first touch at 1,024 keys): 2,144 instructions without
@@ -130,7 +130,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     /// fill (I2).
     pub(crate) unsafe fn fill(&mut self, published: &Trie, id: u64, ptr: Erased) -> bool {
         // SAFETY: forwarded (I2, I13, I16); `frozen` is kept by `freeze` (I38).
-        unsafe { published.fill_in_place(id, ptr, self.frozen, &mut self.scratch) }
+        unsafe { published.insert_in_place(id, ptr, self.frozen, &mut self.scratch) }
     }
 
     /// Records that an iterator's snapshot is being taken of the published version `seq`: no slot

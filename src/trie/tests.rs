@@ -591,12 +591,12 @@ fn buffers_shrink_only_above_64_slots_and_below_a_quarter_full() {
     assert!(!drained(128, 128));
 }
 
-/// `fill_in_place` as the writer calls it, with a scratch of its own.
+/// `insert_in_place` as the writer calls it, with a scratch of its own.
 fn fill(t: &Owned, id: u64, frozen: u64) -> bool {
     let mut scratch = Scratch::default();
     // SAFETY: single-threaded test: the only writer, nodes alive while `t` is (I13, I16); the
     // nodes a hang builds join the trie, freed with it or when a write replaces them.
-    unsafe { t.trie.fill_in_place(id, ptr(id), frozen, &mut scratch) }
+    unsafe { t.trie.insert_in_place(id, ptr(id), frozen, &mut scratch) }
 }
 
 /// I38: a first touch fills its slot of the published leaf in place only when the leaf exists,

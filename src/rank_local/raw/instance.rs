@@ -1,6 +1,6 @@
-//! One instance: its allocation (I1), the typed pointer every lookup hands out through (I5), its
-//! state machine (I30, I31), and dropping removed instances — each as its own rank, and so that a
-//! panicking `T::drop` does not stop the others (I10).
+//! One instance: its allocation (I1), the typed pointer the raw layer reads it through (I5), its
+//! state machine (I30, I31, I39), and dropping removed instances — each as its own rank, and so
+//! that a panicking `T::drop` does not stop the others (I10).
 
 use core::any::Any;
 use core::cell::Cell;
@@ -27,20 +27,26 @@ pub(super) const OWNED: usize = 3;
 /// Transient: the owner's exit work is moving the value out, under its gate lock (I39).
 pub(super) const EXITING: usize = 4;
 /// A tombstone: the value was moved out (and dropped) by its thread's exit work; the allocation
-/// stays in the map until a sweep, `iter` or `&mut` takes it, or a first touch refills it (I39).
+/// stays in the map until a sweep or `&mut` takes it, or a first touch refills it (I39).
 pub(super) const DROPPED: usize = 5;
-/// A tombstone the sweeper (or `iter`) took: unpublished, its allocation freed after a grace
-/// period, its value never dropped again (I39).
+/// A tombstone the sweeper took: unpublished, its allocation freed after a grace period, its
+/// value never dropped again (I39).
 pub(super) const REAPED: usize = 6;
 
 /// One allocation per instance (I1, I5): the value first (`repr(C)`: a pointer to the `Instance`
 /// is a pointer to its `T`, so caches and slots hand out `&T` by a plain cast; `ManuallyDrop` is
-/// `repr(transparent)`) and its state (I30). The value is a `ManuallyDrop` so that a tombstone's
+/// `repr(transparent)`), then its [`Meta`]. The value is a `ManuallyDrop` so that a tombstone's
 /// allocation (its value already moved out at its thread's exit, I39) is freed without dropping
 /// it again.
 #[repr(C)]
 struct Instance<T> {
     value: ManuallyDrop<T>,
+    meta: Meta,
+}
+
+/// An instance's state machine (I30, I31, I39): only atomics, so a `&Meta` may be held while
+/// the value next to it is moved out or written (a tombstone's exit work, a refill).
+pub(super) struct Meta {
     state: AtomicUsize,
     /// The `RankLocal`'s walk count when the instance was published: an `iter()` that ran since
     /// (a higher count) may hold it in its snapshot, so it counts as escaped (I31). Written once,
@@ -49,9 +55,125 @@ struct Instance<T> {
     born: AtomicU64,
 }
 
-/// A pointer to an `Instance<T>` of a `RankLocal<T, _>`'s map: an [`Erased`] typed back. Building
-/// one is where I5 is relied on, once; what it points to stays alive as long as the caller's
-/// protection says (a pin, the writer lock, an escape, `&mut`).
+impl Meta {
+    /// The state, Acquire: pairs with the Release/AcqRel transitions below, so a reader that
+    /// sees a (refilled) instance's state sees its value (I39).
+    #[inline]
+    pub(super) fn state(&self) -> usize {
+        self.state.load(Ordering::Acquire)
+    }
+
+    /// The walk count the instance was published at (I31). Relaxed: written before publication
+    /// and read after the Acquire that found the instance, or under the writer lock.
+    #[inline]
+    pub(super) fn born(&self) -> u64 {
+        self.born.load(Ordering::Relaxed)
+    }
+
+    /// Records the walk count at publication (I31). Relaxed: published with the instance (I2).
+    pub(super) fn set_born(&self, walks: u64) {
+        self.born.store(walks, Ordering::Relaxed);
+    }
+
+    /// Moves the instance to ESCAPED unless it is being reclaimed or is a tombstone; `false` if it
+    /// is (the caller then treats the rank's instance as absent) (I30, I31, I39).
+    #[inline]
+    pub(super) fn escape(&self) -> bool {
+        // Acquire: as in `upgrade`. An escaped instance (every hit of a map lookup after the
+        // first) costs one load and no call.
+        self.state() == ESCAPED || self.upgrade(ESCAPED)
+    }
+
+    /// Makes the instance usable by a scoped reader: SCOPED and ESCAPED stay, OWNED moves to
+    /// SCOPED (so its thread's exit work leaves it to a sweep, I39); `false` for an instance
+    /// being reclaimed or a tombstone (the caller treats it as absent).
+    #[inline]
+    pub(super) fn scope(&self) -> bool {
+        // The usual states cost one load and no call.
+        matches!(self.state(), SCOPED | ESCAPED) || self.upgrade(SCOPED)
+    }
+
+    /// The CAS loop of [`escape`](Self::escape) (`to` = ESCAPED) and [`scope`](Self::scope)
+    /// (`to` = SCOPED).
+    #[cold]
+    #[inline(never)]
+    fn upgrade(&self, to: usize) -> bool {
+        // Acquire/Relaxed would do for the one-winner property (I30, I39): exactly one of this
+        // CAS, the sweeper's and the exit work's succeeds from a given state, a property of the
+        // single modification order of `state` whatever the orderings. AcqRel/Acquire: a reader
+        // that sees a refilled instance's state (I39) sees its value.
+        let mut now = self.state();
+        loop {
+            let next = match now {
+                ESCAPED => return true,
+                SCOPED if to == SCOPED => return true,
+                SCOPED | OWNED => to,
+                _ => return false, // RECLAIMING or a tombstone: gone (I30, I39)
+            };
+            match self
+                .state
+                .compare_exchange(now, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
+    /// OWNED → SCOPED, for an instance no exit work may touch any more (`&mut` access, I39); a
+    /// loss means it moved on already.
+    pub(super) fn settle(&self) {
+        // SeqCst: as the exit work's CAS (I39).
+        let _ = self
+            .state
+            .compare_exchange(OWNED, SCOPED, Ordering::SeqCst, Ordering::Relaxed);
+    }
+
+    /// The sweeper's take of an exited rank's instance (I30, I39): SCOPED → RECLAIMING (its value
+    /// is dropped after the grace period) or a DROPPED tombstone → REAPED (only its allocation is
+    /// freed); `false` for anything else, which the sweep leaves. An instance published before
+    /// the `RankLocal`'s walk count reached `walks` may be in an `iter()`'s snapshot: it is
+    /// never taken (a SCOPED one is marked ESCAPED, which it is in effect, I31).
+    ///
+    /// Memory-safe anywhere (it only moves a state); the sweep calls it under the writer lock,
+    /// for exited ranks only (I30, I32, I35, I36), which is what makes the take *right*.
+    pub(super) fn take_for_sweep(&self, walks: u64) -> bool {
+        if self.born() != walks {
+            // Relaxed: under the writer lock a SCOPED state only moves on to ESCAPED or (by the
+            // exit work) not at all; the lock orders it before any later sweep (I30).
+            let _ =
+                self.state
+                    .compare_exchange(SCOPED, ESCAPED, Ordering::Relaxed, Ordering::Relaxed);
+            return false;
+        }
+        // SeqCst (Relaxed would do for the one-winner property, I30): keeps the argument about
+        // readers local.
+        self.state
+            .compare_exchange(SCOPED, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+            || self.reap()
+    }
+
+    /// Takes a DROPPED tombstone for unpublishing (DROPPED → REAPED); `false` for anything else
+    /// (refilled since, or taken already) (I39).
+    pub(super) fn reap(&self) -> bool {
+        // SeqCst: as in `take_for_sweep`.
+        self.state
+            .compare_exchange(DROPPED, REAPED, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// OWNED → EXITING for the exit work (I39); `false` if a reader moved it on first.
+    pub(super) fn begin_exit(&self) -> bool {
+        // SeqCst (AcqRel would do): exactly one of this CAS and a reader's upgrade wins (I39).
+        self.state
+            .compare_exchange(OWNED, EXITING, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+}
+
+/// A pointer to an `Instance<T>` of a `RankLocal<T, _>`'s map: an [`Erased`] typed back. Private
+/// to the raw layer: [`Inst`](super::Inst) is what the rest of `rank_local` holds.
 pub(super) struct InstancePtr<T> {
     p: NonNull<Instance<T>>,
     _t: PhantomData<*const T>,
@@ -69,8 +191,10 @@ impl<T> InstancePtr<T> {
     pub(super) fn alloc(value: T, state: usize) -> Self {
         let p = Erased::new(Box::new(Instance {
             value: ManuallyDrop::new(value),
-            state: AtomicUsize::new(state),
-            born: AtomicU64::new(0),
+            meta: Meta {
+                state: AtomicUsize::new(state),
+                born: AtomicU64::new(0),
+            },
         }));
         InstancePtr {
             p: p.as_ptr(),
@@ -78,13 +202,10 @@ impl<T> InstancePtr<T> {
         }
     }
 
-    /// Types back a pointer read from a map or a cache entry.
-    ///
-    /// # Safety
-    /// `p` points to an `Instance<T>` allocated by [`alloc`](Self::alloc) for a `RankLocal<T, _>`
-    /// of exactly this `T` (I5, I9).
+    /// Types back a pointer read from a map, a cache entry or a gate. Only a pointer: using it
+    /// needs the protections of [`meta`](Self::meta) and [`value`](Self::value).
     #[inline]
-    pub(super) unsafe fn new(p: Erased) -> Self {
+    pub(super) fn new(p: Erased) -> Self {
         InstancePtr {
             p: p.as_ptr(),
             _t: PhantomData,
@@ -97,213 +218,104 @@ impl<T> InstancePtr<T> {
         Erased::from_non_null(self.p.cast())
     }
 
+    /// The state machine.
+    ///
+    /// # Safety
+    /// - `self` points to an `Instance<T>` allocated by [`alloc`](Self::alloc) for a
+    ///   `RankLocal<T, _>` of exactly this `T` (I5, I9);
+    /// - it stays allocated for `'a` (the caller's protection: a pin, the writer lock, an
+    ///   escape, the live owner, `&mut`; I31–I35).
+    #[inline]
+    pub(super) unsafe fn meta<'a>(self) -> &'a Meta {
+        // SAFETY: the caller's contract; only the atomics are referenced, never the value (which
+        // exit work may move out meanwhile, I39).
+        unsafe { &(*self.p.as_ptr()).meta }
+    }
+
     /// The value.
     ///
     /// # Safety
-    /// The instance is alive for `'a` and no `&mut T` to it exists meanwhile (I1, and the
-    /// caller's protection: escaped, pinned, or `&self` while nothing can free it).
+    /// - as for [`meta`](Self::meta), for `'a`;
+    /// - the value is in place for `'a` (not a tombstone: the state was SCOPED, ESCAPED, or
+    ///   OWNED read by its own thread, none of which moves out while the instance is alive,
+    ///   I30, I39), and no `&mut T` to it exists meanwhile (I1, I6).
     #[inline]
     pub(super) unsafe fn value<'a>(self) -> &'a T {
-        // SAFETY: the caller's contract (I1); `Instance` is `repr(C)` with the `T` first (I5).
+        // SAFETY: the caller's contract; `Instance` is `repr(C)` with the `T` first (I5).
         unsafe { self.p.cast::<T>().as_ref() }
     }
 
     /// The value, mutably.
     ///
     /// # Safety
-    /// The instance is alive for `'a` and nothing else refers to it meanwhile (I6).
+    /// As for [`value`](Self::value), and nothing else refers to the instance meanwhile (I6).
     pub(super) unsafe fn value_mut<'a>(self) -> &'a mut T {
         // SAFETY: the caller's contract (I6); `Instance` is `repr(C)` with the `T` first (I5).
         unsafe { self.p.cast::<T>().as_mut() }
     }
 
-    /// The instance's state (I30).
+    /// Moves the value out of an instance the exit work just moved to EXITING (I39), then makes
+    /// it a DROPPED tombstone.
     ///
     /// # Safety
-    /// The instance is alive for `'a`: protected by a pin or the writer lock as I32/I33 say, or
-    /// escaped (I31).
-    #[inline]
-    pub(super) unsafe fn state<'a>(self) -> &'a AtomicUsize {
-        // SAFETY: the caller's contract (I32, I33); only the atomic is referenced.
-        unsafe { &(*self.p.as_ptr()).state }
-    }
-
-    /// The walk count the instance was published at (I31).
-    ///
-    /// # Safety
-    /// As for [`state`](Self::state).
-    #[inline]
-    pub(super) unsafe fn born<'a>(self) -> &'a AtomicU64 {
-        // SAFETY: the caller's contract (I32, I33); only the atomic is referenced.
-        unsafe { &(*self.p.as_ptr()).born }
-    }
-
-    /// `true` if no `iter()` took a snapshot since the instance was published: `walks` is the
-    /// `RankLocal`'s walk count, read under the writer lock (I31).
-    ///
-    /// # Safety
-    /// As for [`state`](Self::state).
-    unsafe fn unwalked(self, walks: u64) -> bool {
-        // Relaxed: written before publication and read under the writer lock (I31).
-        // SAFETY: the caller's contract.
-        unsafe { self.born() }.load(Ordering::Relaxed) == walks
-    }
-
-    /// Moves the instance to ESCAPED unless it is being reclaimed or is a tombstone; `false` if it
-    /// is (the caller then treats the rank's instance as absent) (I30, I31, I39).
-    ///
-    /// # Safety
-    /// As for [`state`](Self::state): the instance is protected while this runs.
-    #[inline]
-    pub(super) unsafe fn escape(self) -> bool {
-        // SAFETY: the caller's contract (I32, I33).
-        let st = unsafe { self.state() };
-        // Acquire: as in `upgrade`. An escaped instance (every hit of a map lookup after the
-        // first) costs one load and no call.
-        st.load(Ordering::Acquire) == ESCAPED
-            // SAFETY: the caller's contract (I32, I33).
-            || unsafe { self.upgrade(ESCAPED) }
-    }
-
-    /// Makes the instance usable by a scoped reader: SCOPED and ESCAPED stay, OWNED moves to
-    /// SCOPED (so its thread's exit work leaves it to a sweep, I39); `false` for an instance
-    /// being reclaimed or a tombstone (the caller treats it as absent).
-    ///
-    /// # Safety
-    /// As for [`state`](Self::state): the instance is protected while this runs.
-    #[inline]
-    pub(super) unsafe fn scope(self) -> bool {
-        // SAFETY: the caller's contract (I32, I33).
-        let st = unsafe { self.state() };
-        // Acquire: as in `upgrade`. The usual states cost one load and no call.
-        matches!(st.load(Ordering::Acquire), SCOPED | ESCAPED)
-            // SAFETY: the caller's contract (I32, I33).
-            || unsafe { self.upgrade(SCOPED) }
-    }
-
-    /// The CAS loop of [`escape`](Self::escape) (`to` = ESCAPED) and [`scope`](Self::scope)
-    /// (`to` = SCOPED).
-    ///
-    /// # Safety
-    /// As for [`state`](Self::state).
-    #[cold]
-    #[inline(never)]
-    unsafe fn upgrade(self, to: usize) -> bool {
-        // SAFETY: the caller's contract (I32, I33).
-        let st = unsafe { self.state() };
-        // Acquire/Relaxed would do for the one-winner property (I30, I39): exactly one of this
-        // CAS, the sweeper's and the exit work's succeeds from a given state, a property of the
-        // single modification order of `state` whatever the orderings. AcqRel/Acquire: a reader
-        // that sees a refilled instance's state (I39) sees its value.
-        let mut now = st.load(Ordering::Acquire);
-        loop {
-            let next = match now {
-                ESCAPED => return true,
-                SCOPED if to == SCOPED => return true,
-                SCOPED | OWNED => to,
-                _ => return false, // RECLAIMING or a tombstone: gone (I30, I39)
-            };
-            match st.compare_exchange(now, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(seen) => now = seen,
-            }
-        }
-    }
-
-    /// The sweeper's take of an exited rank's instance (I30, I39): SCOPED → RECLAIMING (its value
-    /// is dropped after the grace period) or a DROPPED tombstone → REAPED (only its allocation is
-    /// freed); `false` for anything else, which the sweep leaves. An instance published before
-    /// the `RankLocal`'s walk count reached `walks` may be in an `iter()`'s snapshot: it is
-    /// never taken (a SCOPED one is marked ESCAPED, which it is in effect, I31).
-    ///
-    /// # Safety
-    /// Under the writer lock, the instance in this map (alive, I30, I32); `walks` is the
-    /// `RankLocal`'s walk count, read under that lock.
-    pub(super) unsafe fn take_for_sweep(self, walks: u64) -> bool {
-        // SAFETY: the caller's contract (I30, I32).
-        let st = unsafe { self.state() };
-        // SAFETY: as just said.
-        if !unsafe { self.unwalked(walks) } {
-            // Relaxed: under the writer lock a SCOPED state only moves on to ESCAPED or (by the
-            // exit work) not at all; the lock orders it before any later sweep (I30).
-            let _ = st.compare_exchange(SCOPED, ESCAPED, Ordering::Relaxed, Ordering::Relaxed);
-            return false;
-        }
-        // SeqCst (Relaxed would do for the one-winner property, I30): keeps the argument about
-        // readers local.
-        st.compare_exchange(SCOPED, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-            || st
-                .compare_exchange(DROPPED, REAPED, Ordering::SeqCst, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    /// Takes a DROPPED tombstone for unpublishing (DROPPED → REAPED); `false` for anything else
-    /// (refilled since, or taken already) (I39).
-    ///
-    /// # Safety
-    /// As for [`take_for_sweep`](Self::take_for_sweep), and no `Iter` of the map lives (it may
-    /// hold the tombstone in its snapshot, I39).
-    pub(super) unsafe fn reap(self) -> bool {
-        // SAFETY: the caller's contract (I30, I32).
-        let st = unsafe { self.state() };
-        // SeqCst: as in `take_for_sweep`.
-        st.compare_exchange(DROPPED, REAPED, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    /// Moves the value out of an OWNED instance the exit work just moved to DROPPING (I39).
-    ///
-    /// # Safety
-    /// The instance is alive, DROPPING, and this thread moved it there: nothing else reads or
-    /// writes the value (I39); called once, then the state becomes DROPPED.
+    /// As for [`meta`](Self::meta); this thread moved the instance to EXITING, so nothing else
+    /// reads or writes the value (I39).
     pub(super) unsafe fn take_value(self) -> T {
-        // SAFETY: the caller's contract (I39); `value` is initialized (not a tombstone) and is read
+        // SAFETY: the caller's contract (I39): `value` is initialized (not a tombstone) and is read
         // out once, after which the allocation is a tombstone whose value is never read (I39).
-        unsafe { ManuallyDrop::take(&mut (*self.p.as_ptr()).value) }
+        let value = unsafe { ManuallyDrop::take(&mut (*self.p.as_ptr()).value) };
+        // SAFETY: as just said.
+        let meta = unsafe { self.meta() };
+        // Release: pairs with the Acquire of whoever later frees or refills the tombstone.
+        meta.state.store(DROPPED, Ordering::Release);
+        value
     }
 
     /// Writes a new value into a DROPPED tombstone and publishes it with `state` (I39).
     ///
     /// # Safety
-    /// Under the writer lock, the instance is in this map and DROPPED (so no value is in it and
-    /// no reader touches its value until it sees the new state) (I39).
+    /// As for [`meta`](Self::meta); under the writer lock, the instance is in this map and
+    /// DROPPED (so no value is in it and no reader touches its value until it sees the new
+    /// state) (I39).
     pub(super) unsafe fn refill(self, value: T, state: usize) {
-        // SAFETY: the caller's contract (I39): the slot holds no value and no reference to it exists;
-        // writing through the raw pointer touches only the value field (I39).
+        // SAFETY: the caller's contract (I39): the slot holds no value and no reference to it
+        // exists; writing through the raw pointer touches only the value field (I39).
         unsafe {
             core::ptr::addr_of_mut!((*self.p.as_ptr()).value).write(ManuallyDrop::new(value))
         };
         // SAFETY: alive, the caller's contract (I39).
-        let st = unsafe { self.state() };
+        let meta = unsafe { self.meta() };
         // Release: a reader whose Acquire load sees `state` sees the value written above (I39).
-        st.store(state, Ordering::Release);
+        meta.state.store(state, Ordering::Release);
     }
 
-    /// Moves the value out and frees the allocation.
+    /// Moves the value out — `None` for a tombstone, whose value its thread's exit work already
+    /// moved out (I39) — and frees the allocation.
     ///
     /// # Safety
     /// The instance is alive, unpublished, and no reference to it is left (I6); this is its only
     /// release.
-    pub(super) unsafe fn into_value(self) -> T {
+    pub(super) unsafe fn into_value(self) -> Option<T> {
         // SAFETY: allocated as a `Box<Instance<T>>` by `alloc` (I5); the caller's contract.
         let b = unsafe { Box::from_raw(self.p.as_ptr()) };
-        debug_assert!(!is_tombstone(b.state.load(Ordering::Relaxed)));
-        ManuallyDrop::into_inner(b.value)
+        // Acquire: as in `free`.
+        (!is_tombstone(b.meta.state.load(Ordering::Acquire)))
+            .then(|| ManuallyDrop::into_inner(b.value))
     }
 
     /// Drops the value — unless the instance is a tombstone, whose value its thread's exit work
     /// already moved out (I39) — and frees the allocation.
     ///
     /// # Safety
-    /// As for [`into_value`](Self::into_value).
+    /// The instance is alive, unpublished, and no reference to it is left (I6); this is its only
+    /// release.
     pub(super) unsafe fn free(self) {
         // SAFETY: allocated as a `Box<Instance<T>>` by `alloc` (I5); the caller's contract.
         let mut b = unsafe { Box::from_raw(self.p.as_ptr()) };
         // Acquire: pairs with the exit work's Release store of DROPPED (I39); no tombstone is
-        // DROPPING here (the exit work moves the value out under its gate lock, which every
+        // EXITING here (the exit work moves the value out under its gate lock, which every
         // path that frees took since, I39).
-        if !is_tombstone(b.state.load(Ordering::Acquire)) {
+        if !is_tombstone(b.meta.state.load(Ordering::Acquire)) {
             // SAFETY: the value is initialized (not a tombstone, I39) and dropped once, here (I10).
             unsafe { ManuallyDrop::drop(&mut b.value) };
         }
@@ -364,7 +376,7 @@ pub(super) unsafe fn drop_all<T>(
 /// Drops a panic payload that will not be re-raised, without letting its own `Drop` unwind out
 /// of [`drop_all`] (which would leave the rest of the batch undropped): a payload whose drop
 /// panics is forgotten, as is that second panic's payload.
-pub(super) fn drop_payload(payload: Box<dyn Any + Send>) {
+pub(in crate::rank_local) fn drop_payload(payload: Box<dyn Any + Send>) {
     if let Err(again) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
         core::mem::forget(again);
     }
@@ -377,7 +389,7 @@ tls! {
 
 /// `true` while this thread drops a value for the crate (inside [`drop_all`], on any
 /// `RankLocal`).
-pub(super) fn is_dropping() -> bool {
+pub(in crate::rank_local) fn is_dropping() -> bool {
     DROPPING.try_with(Cell::get).is_ok_and(|d| d != (0, 0))
 }
 
@@ -385,7 +397,7 @@ pub(super) fn is_dropping() -> bool {
 /// drop would make a new value for the rank, whose drop would make another, without end (std's
 /// `thread_local!` refuses an access from its own destructor too).
 #[track_caller]
-pub(super) fn check_not_dropping(owner: usize, rank: u64) {
+pub(in crate::rank_local) fn check_not_dropping(owner: usize, rank: u64) {
     if DROPPING
         .try_with(Cell::get)
         .is_ok_and(|d| d == (owner, rank))

@@ -1,0 +1,777 @@
+//! The raw layer: the one place under `rank_local/` that types an instance pointer back and reads
+//! through it. Every other module of `rank_local` is `#![deny(unsafe_code)]` and holds instances
+//! only as references tied to the protection that keeps them alive, so the borrow checker, not a
+//! comment, says how long each may be used:
+//!
+//! | protection | made by | what it hands out | why the instance stays alive |
+//! |---|---|---|---|
+//! | a pin ([`Pinned`]) | `Pinned::new` | [`Inst`]`<'pin>` from the map, its pinned cache entry or a snapshot | a sweep retires behind an epoch grace period, after storing a fresh uid (I32–I34) |
+//! | the writer lock ([`Locked`]) | `Locked::new`/`try_new` | `Inst<'lock>` from [`Locked::get`] and [`Locked::publish`]; the sweep's takes | every write, retirement included, happens under it (I16, I30) |
+//! | the live owner ([`LiveOwner`]) | `LiveOwner::new` on the owner's own thread | `Inst<'owner>` of its own rank; its owner cache entries | a live rank's instance is never swept (I35) |
+//! | an escape | [`Inst::escape`] | `&'rl T`, for as long as the `RankLocal` is borrowed | an ESCAPED instance is kept until `&mut` or drop (I31) |
+//! | a walk ([`Walk`]) | [`Locked::walk`] | escaped `&'rl T` of a snapshot | a walk count and a live-iterator count keep sweeps off it (I31, I39) |
+//! | `&mut RankLocal` | the `&mut` methods | [`Removed`], `&mut T` | no other user exists (I6) |
+//! | a grace period | a [`Batch`] whose token the collector set | [`Removed`] | no reader can still see it (I32) |
+//!
+//! What a protection cannot know — that a rank handed to the sweep has exited (I36), that a gate
+//! entry is its thread's own (I39) — is checked here or established by the code that makes the
+//! protection, which lives here too. Removed instances travel as owned values: [`Taken`] (taken
+//! by a sweep, still published) → [`Batch`] (unpublished, waiting for its grace period, kept in
+//! the sweep's queue) → [`Removed`] (no reader left) → dropped ([`Removed::drop_all`]).
+
+// The one module of `rank_local` where `unsafe` is allowed.
+#![allow(unsafe_code)]
+
+mod gate;
+mod instance;
+
+use core::any::Any;
+use core::marker::PhantomData;
+
+use super::init::Access;
+use super::{fresh_uid, RankLocal, Writer};
+use crate::backend::Backend;
+use crate::cache;
+use crate::collector::{self, Pin};
+use crate::erased::Erased;
+use crate::identity::{self, Inbox};
+use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, MutexGuard, Ordering};
+
+pub(super) use self::gate::close_gate;
+pub(crate) use self::gate::{run_exit_work, Gate};
+pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
+use self::instance::{InstancePtr, Meta, ESCAPED, OWNED, SCOPED};
+
+/// A panic payload, kept to re-raise at an explicit reclamation call.
+pub(super) type Payload = Box<dyn Any + Send>;
+
+// SAFETY: `&RankLocal` lets any thread create an instance that another thread later drops or
+// moves out, hence `T: Send`; every method that can hand a `&T` to another thread than the
+// instance's owner's requires `T: Sync` itself ([`SyncValue`](super::SyncValue)), and the
+// `T: Send` ones reach only the calling OS thread's own instance (I7, I39). The other fields are
+// `Sync`.
+unsafe impl<T: Send, B: Backend> Sync for RankLocal<T, B> {}
+
+/// One instance of the map of `rl`, alive for `'g` (the borrow of the protection it came from),
+/// in a `RankLocal` borrowed for `'rl`. Only this module makes one. Not `Send`: a protection is
+/// this thread's.
+pub(super) struct Inst<'g, 'rl, T, B: Backend> {
+    p: InstancePtr<T>,
+    meta: &'g Meta,
+    rank: u64,
+    rl: &'rl RankLocal<T, B>,
+}
+
+impl<T, B: Backend> Clone for Inst<'_, '_, T, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, B: Backend> Copy for Inst<'_, '_, T, B> {}
+
+impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
+    /// Types back `p`, an entry of `rl`'s map for `rank`.
+    ///
+    /// # Safety
+    /// - `p` is an instance of `rl`'s map (I5), here from a slot, snapshot or cache entry of it;
+    /// - the caller's protection keeps it allocated for `'g` (the table in the module docs).
+    #[inline]
+    unsafe fn new(rl: &'rl RankLocal<T, B>, rank: u64, p: Erased) -> Self {
+        let p = InstancePtr::new(p);
+        Inst {
+            p,
+            // SAFETY: the caller's contract.
+            meta: unsafe { p.meta() },
+            rank,
+            rl,
+        }
+    }
+
+    /// The rank whose instance this is.
+    pub(super) fn rank(self) -> u64 {
+        self.rank
+    }
+
+    /// The state machine (I30, I31, I39).
+    fn meta(self) -> &'g Meta {
+        self.meta
+    }
+
+    /// Marks the instance ESCAPED and hands its value out for as long as the `RankLocal` is
+    /// borrowed; `None` if it is being reclaimed or a tombstone (absent) (I30, I31, I39).
+    #[inline]
+    pub(super) fn escape(self) -> Option<&'rl T> {
+        if !self.meta.escape() {
+            return None;
+        }
+        // SAFETY: alive now (`'g`), and ESCAPED from here on: kept until `&mut` or drop, which
+        // the `'rl` borrow excludes (I31); an ESCAPED value is never moved out (I39); a `T` of
+        // this map (I5, I9).
+        Some(unsafe { self.p.value() })
+    }
+
+    /// Makes the instance usable by a scoped reader (OWNED moves on to SCOPED) and lends its
+    /// value for `'g`; `None` if it is being reclaimed or a tombstone (I30, I39).
+    #[inline]
+    pub(super) fn scope(self) -> Option<&'g T> {
+        if !self.meta.scope() {
+            return None;
+        }
+        // SAFETY: alive for `'g`; SCOPED or ESCAPED, whose value is never moved out (I39); a `T`
+        // of this map (I5, I9).
+        Some(unsafe { self.p.value() })
+    }
+
+    /// The value as the owner-only family uses it, on the instance's own OS thread: an OWNED
+    /// value is used as it is (its exit work runs on this thread, never during this use); `None`
+    /// for a tombstone or an instance being reclaimed (I39).
+    pub(super) fn own(self) -> Option<&'g T> {
+        if self.rank != identity::own_raw() {
+            return None; // not this thread's own: only `scope`/`escape` may use it
+        }
+        let st = self.meta.state();
+        if !matches!(st, SCOPED | ESCAPED | OWNED) {
+            return None;
+        }
+        // SAFETY: alive for `'g`; SCOPED or ESCAPED (never moved out), or OWNED, whose value
+        // only this thread's exit work moves out, which does not run while this thread uses it
+        // (I39); a `T` of this map (I5, I9).
+        Some(unsafe { self.p.value() })
+    }
+
+    /// `true` if the instance was handed out as `&T`: ESCAPED, or SCOPED but published before
+    /// an `iter()` took its snapshot (`walks`, I31).
+    pub(super) fn handed_out(self, walks: u64) -> bool {
+        match self.meta.state() {
+            ESCAPED => true,
+            SCOPED => self.meta.born() < walks,
+            _ => false, // owner-only, being reclaimed, or a tombstone
+        }
+    }
+
+    /// The erased pointer, for the gate and the sweep (never for the thread cache, which the
+    /// methods here fill).
+    fn erased(self) -> Erased {
+        self.p.erased()
+    }
+}
+
+impl<'rl, T: Send, B: Backend> Inst<'_, 'rl, T, B> {
+    /// [`escape`](Self::escape), and the thread cache remembers it for the rank (if the backend
+    /// caches such lookups): a later `get` of the rank hits.
+    #[inline]
+    pub(super) fn escape_cached(self) -> Option<&'rl T> {
+        let v = self.escape()?;
+        if RankLocal::<T, B>::uses_thread_cache(self.rank) {
+            // I4: an ESCAPED instance of this map, under its current uid.
+            cache::store(self.rl.uid_or_assign(), self.rank, self.p.erased());
+        }
+        Some(v)
+    }
+}
+
+/// A pin of the crate's collector, taken for lookups of one `RankLocal` (I33): the instances
+/// found under it stay alive while it is held.
+pub(super) struct Pinned<'rl, T: Send, B: Backend> {
+    rl: &'rl RankLocal<T, B>,
+    /// The uid loaded after the pin ([`Pinned::for_lookup`]), or [`cache::NO_UID`].
+    uid: cache::Uid,
+    pin: Pin,
+}
+
+impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
+    /// Pins, for a visit of the map's snapshot (no cache use); counts the pin as a slow path's.
+    pub(super) fn new(rl: &'rl RankLocal<T, B>) -> Self {
+        let pin = collector::pin();
+        collector::count_pin(&pin);
+        Pinned {
+            rl,
+            uid: cache::NO_UID,
+            pin,
+        }
+    }
+
+    /// Pins, then loads the uid (I34): the pinned cache entries of that uid are alive while the
+    /// pin is held. Does not count the pin: a hit is the fast part of a scoped lookup.
+    pub(super) fn for_lookup(rl: &'rl RankLocal<T, B>) -> Self {
+        rl.uid_or_assign(); // non-zero from now on, so fills never use 0
+        let pin = collector::pin();
+        // SeqCst, after the pin's SeqCst fence: a sweeper that stored a fresh uid before
+        // retiring something this pin does not protect is seen here (I34).
+        let uid = rl.uid.load(Ordering::SeqCst);
+        Pinned { rl, uid, pin }
+    }
+
+    /// Counts the pin as a slow path's (a lookup that missed the cache).
+    pub(super) fn count(&self) {
+        collector::count_pin(&self.pin);
+    }
+
+    /// `rank`'s instance in the map.
+    pub(super) fn get(&self, rank: u64) -> Option<Inst<'_, 'rl, T, B>> {
+        let p = B::get(&self.rl.map, rank)?;
+        // SAFETY: an instance of this map, loaded under this pin: a sweep that unpublishes it
+        // retires it behind a grace period that waits for the pin (I32, I33).
+        Some(unsafe { Inst::new(self.rl, rank, p) })
+    }
+
+    /// A scoped lookup of `rank` (I33, I34): the thread cache's pinned entry for the uid loaded
+    /// after the pin, else the map (counting the pin as a slow path's), moving an OWNED instance
+    /// on to SCOPED (I39); a hit in the map is remembered as the pinned entry. The value is lent
+    /// for as long as the pin is borrowed.
+    pub(super) fn lookup(&self, rank: u64) -> Option<&T> {
+        let cacheable = RankLocal::<T, B>::uses_thread_cache(rank);
+        if cacheable {
+            if let Some(p) = cache::lookup(self.uid, rank | cache::PINNED_TAG) {
+                // SAFETY: a pinned entry of the uid current after this pin holds an instance of
+                // this map (I34, I5) published when the uid was current: a sweep stores a fresh
+                // uid before it retires, so what it retires waits for this pin (I32, I34). Only
+                // a scoped instance is stored (below), and a SCOPED or ESCAPED value is never moved
+                // out (I39); a `T` of this map (I5, I9).
+                return Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() });
+            }
+        }
+        self.count(); // a miss: the slow part of a scoped lookup
+        crate::counters::bump!(SCOPED_MAP_LOOKUPS);
+        let i = self.get(rank)?;
+        // being reclaimed, or a tombstone: gone (I30, I39)
+        let v = i.scope()?;
+        if cacheable {
+            cache::store(self.uid, rank | cache::PINNED_TAG, i.erased());
+        }
+        Some(v)
+    }
+
+    /// Every instance of one snapshot, loaded under this pin.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Inst<'_, 'rl, T, B>> + '_ {
+        B::iter(&self.rl.map).map(|(rank, p)| {
+            // SAFETY: an instance of this map, in a snapshot loaded under this pin (I32, I33).
+            unsafe { Inst::new(self.rl, rank, p) }
+        })
+    }
+}
+
+/// The writer lock, held: what it guards ([`Writer`]) and the writer's view of the map (I16).
+pub(super) struct Locked<'rl, T: Send, B: Backend> {
+    rl: &'rl RankLocal<T, B>,
+    w: MutexGuard<'rl, Writer>,
+}
+
+impl<T: Send, B: Backend> core::ops::Deref for Locked<'_, T, B> {
+    type Target = Writer;
+    fn deref(&self) -> &Writer {
+        &self.w
+    }
+}
+
+impl<T: Send, B: Backend> core::ops::DerefMut for Locked<'_, T, B> {
+    fn deref_mut(&mut self) -> &mut Writer {
+        &mut self.w
+    }
+}
+
+impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
+    /// Takes the writer lock.
+    pub(super) fn new(rl: &'rl RankLocal<T, B>) -> Self {
+        Locked {
+            rl,
+            w: lock(&rl.writer),
+        }
+    }
+
+    /// Takes the writer lock if it is free.
+    pub(super) fn try_new(rl: &'rl RankLocal<T, B>) -> Option<Self> {
+        Some(Locked {
+            rl,
+            w: try_lock(&rl.writer)?,
+        })
+    }
+
+    /// The `RankLocal` this lock belongs to.
+    pub(super) fn rl(&self) -> &'rl RankLocal<T, B> {
+        self.rl
+    }
+
+    /// Waits on `cv` (the lock is released meanwhile).
+    pub(super) fn wait(self, cv: &crate::primitive::Condvar) -> Self {
+        Locked {
+            rl: self.rl,
+            w: crate::primitive::wait(cv, self.w),
+        }
+    }
+
+    /// `rank`'s instance, as the map's only writer sees it: no pin, no lock of the backend's.
+    pub(super) fn get(&self, rank: u64) -> Option<Inst<'_, 'rl, T, B>> {
+        // SAFETY: under the writer lock, which serializes every write to the map (I16).
+        let p = unsafe { B::get_by_writer(&self.rl.map, rank) }?;
+        // SAFETY: an instance of this map, in it under the writer lock: no write unpublishes it
+        // and no retirement starts its grace period while the lock is held, and the borrow of
+        // `self` ends before any `&mut self` method (which may unpublish) runs (I16, I30, I32).
+        Some(unsafe { Inst::new(self.rl, rank, p) })
+    }
+
+    /// `i`, reached under this lock, kept alive by `pin` instead: the pin exists while the lock is
+    /// held and `i` is not retired before the lock is released, so its grace period, if it is
+    /// ever retired, waits for `pin` (I32, I33).
+    pub(super) fn protect<'p>(
+        &self,
+        i: Inst<'_, 'rl, T, B>,
+        pin: &'p Pinned<'rl, T, B>,
+    ) -> Inst<'p, 'rl, T, B> {
+        assert!(core::ptr::eq(pin.rl, self.rl) && core::ptr::eq(i.rl, self.rl));
+        // SAFETY: as just said; a `T` of this map (I5).
+        unsafe { Inst::new(self.rl, i.rank, i.erased()) }
+    }
+
+    /// Publishes `value` as `rank`'s instance, in the state `access` asks for, at the current walk
+    /// count (I2, I31): into the rank's tombstone if it has one (I39), else as a new entry. The
+    /// claim excludes every other first touch of `rank`.
+    ///
+    /// An OWNED instance (`Access::Own`) is recorded in the gate ([`make_gate`](Self::make_gate)
+    /// first) and the gate in the thread's exit hook, for the thread's exit work (I39); if the
+    /// thread has no hook any more, the instance stays OWNED and is dropped with the map.
+    pub(super) fn publish(&self, rank: u64, value: T, access: Access) -> Inst<'_, 'rl, T, B> {
+        let state = match access {
+            Access::Escaped => ESCAPED,
+            Access::Owner | Access::Scoped => SCOPED,
+            Access::Own => OWNED,
+        };
+        let i = self.publish_state(rank, value, state);
+        if access == Access::Own {
+            let gate = self
+                .w
+                .gate
+                .as_ref()
+                .expect("ranklocal: `make_gate` before an OWNED publish");
+            lock(&gate.inner).owned.insert(rank, i.erased());
+            identity::add_exit_gate(gate);
+        }
+        i
+    }
+
+    /// The gate, made on first use (I39).
+    pub(super) fn make_gate(&mut self) {
+        self.w.gate.get_or_insert_with(Gate::new::<T>);
+    }
+
+    fn publish_state(&self, rank: u64, value: T, state: usize) -> Inst<'_, 'rl, T, B> {
+        let Some(old) = self.get(rank).map(|i| i.p) else {
+            let p = InstancePtr::alloc(value, state);
+            // SAFETY: allocated above, not published yet: alive, ours alone (I1).
+            unsafe { p.meta() }.set_born(self.w.walks);
+            B::insert(&self.rl.map, rank, p.erased());
+            // SAFETY: just published in this map, under the writer lock: as in `get`.
+            return unsafe { Inst::new(self.rl, rank, p.erased()) };
+        };
+        // SAFETY: in this map under the writer lock (as in `get`).
+        let meta = unsafe { old.meta() };
+        if meta.state() == instance::EXITING {
+            // The exit work is moving the value out under the gate lock: wait for that short
+            // critical section (no user code) to end.
+            if let Some(g) = &self.w.gate {
+                drop(lock(&g.inner));
+            }
+        }
+        assert_eq!(
+            meta.state(),
+            instance::DROPPED,
+            "ranklocal: a claimed rank's entry is a tombstone"
+        );
+        // A refilled tombstone keeps its walk count: an `iter` since may hold it (I39).
+        // SAFETY: under the writer lock, in this map and DROPPED (checked just above; the gate
+        // lock ordered the exit work's move before this, and the claim excludes every other
+        // first touch of `rank`, I39).
+        unsafe { old.refill(value, state) };
+        // SAFETY: in this map under the writer lock: as in `get`.
+        unsafe { Inst::new(self.rl, rank, old.erased()) }
+    }
+
+    /// Counts a walk and hands out its snapshot ([`RankLocal::iter`]): every instance in it was
+    /// published at a lower walk count, so no sweep takes it from now on (I31); a tombstone in it
+    /// stays published while the walk lives (I39).
+    pub(super) fn walk(mut self) -> Walk<'rl, T, B> {
+        self.w.walks += 1;
+        // Relaxed: read by sweeps under the writer lock, which orders this increment before them.
+        self.rl.iterators.fetch_add(1, Ordering::Relaxed);
+        Walk {
+            inner: B::iter(&self.rl.map),
+            live: &self.rl.iterators,
+            _t: PhantomData,
+        }
+    }
+
+    /// The sweep's take (I30, I36, I39): the instances of the ranks in `inbox` (exited ranks:
+    /// their exits were delivered there, I36) that no `iter()` may hold, SCOPED → RECLAIMING or
+    /// DROPPED → REAPED, added to `taken`.
+    pub(super) fn take_exited(&mut self, inbox: &Inbox, taken: &mut Taken) {
+        let walks = self.w.walks;
+        for rank in inbox.take() {
+            crate::counters::bump!(WALKED_UNDER_LOCK);
+            let Some(i) = self.get(rank) else {
+                continue; // removed by `&mut`, never made, or a repeated exit
+            };
+            // Its rank has exited (I36), so no live owner reads it without a pin (I35).
+            if i.meta.take_for_sweep(walks) {
+                taken.push(i);
+            }
+        }
+    }
+
+    /// Unpublishes what `taken` holds in one write, draws a fresh uid and queues it as one batch
+    /// behind an epoch grace period (I32, I34, I39).
+    pub(super) fn retire(&mut self, taken: Taken) {
+        let Taken { ranks, entries } = taken;
+        if entries.is_empty() {
+            return;
+        }
+        let removed = B::remove(&self.rl.map, &ranks);
+        debug_assert_eq!(removed, entries.len());
+        // A fresh uid before retiring: pinned scoped entries keyed by the old one are dead for
+        // every reader that pins after this store (I34).
+        self.rl.uid.store(fresh_uid(), Ordering::SeqCst);
+        let done = Arc::new(AtomicBool::new(false));
+        // The collector sets the token only after every thread pinned now has unpinned (I32,
+        // I37), at once, whoever swept: batched with the writers' other retirements it could wait
+        // for 15 more sweeps process-wide on the backends whose writes retire nothing else.
+        collector::retire_token(Arc::clone(&done));
+        let sw = &mut self.w.sweep;
+        sw.batches.push_back(Batch {
+            serial: sw.next_serial,
+            done,
+            entries,
+        });
+        sw.next_serial += 1;
+    }
+}
+
+/// Instances a sweep took (RECLAIMING, or REAPED tombstones) and has not unpublished yet; only
+/// [`Locked::retire`] consumes it, in the same critical section.
+#[must_use = "what a sweep took is retired in the same critical section"]
+#[derive(Default)]
+pub(super) struct Taken {
+    ranks: Vec<u64>,
+    entries: Vec<(u64, Erased)>,
+}
+
+impl Taken {
+    fn push<T: Send, B: Backend>(&mut self, i: Inst<'_, '_, T, B>) {
+        self.ranks.push(i.rank);
+        self.entries.push((i.rank, i.erased()));
+    }
+
+    /// How many instances were taken.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Unpublished instances of the `RankLocal` whose sweep queue holds it, freed once `done` is
+/// set: the collector sets it after every thread pinned at the retirement has unpinned (I32).
+pub(super) struct Batch {
+    /// Sweeps number their batches (`reclaim_exited_blocking` waits for the ones retired
+    /// before it returns).
+    serial: u64,
+    done: Arc<AtomicBool>,
+    entries: Vec<(u64, Erased)>,
+}
+
+impl Batch {
+    /// The batch's number.
+    pub(super) fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// `true` once its grace period passed. Acquire: pairs with the collector's Release store.
+    pub(super) fn is_ready(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+}
+
+/// Removed instances no reader can reach any more: unpublished, and either past their grace
+/// period or removed under `&mut` (I6, I32). The only way out is dropping them or moving their
+/// values out, each once.
+#[must_use = "removed instances are dropped with `drop_all`"]
+pub(super) struct Removed<T> {
+    entries: Vec<(u64, Erased)>,
+    /// The address of the `RankLocal` they came from (for `check_not_dropping`).
+    owner: usize,
+    _t: PhantomData<fn(T) -> T>,
+}
+
+impl<T> Removed<T> {
+    /// How many instances it holds.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Adds `other`'s instances.
+    pub(super) fn extend(&mut self, other: Removed<T>) {
+        self.entries.extend(other.entries);
+    }
+
+    /// Drops every instance, each as its own rank, and returns the first `T::drop` panic after
+    /// dropping the rest (I10); never unwinds.
+    #[must_use = "a `T::drop` panic is returned to be re-raised"]
+    pub(super) fn drop_all(self) -> Option<Payload> {
+        // SAFETY: removed instances of a `RankLocal<T, _>` (I5) with no reference left: no reader
+        // can reach them (the type's invariant, I6, I32); each listed once (I10).
+        unsafe { instance::drop_all::<T>(self.owner, self.entries) }
+    }
+
+    /// Moves every value out, with its rank (no `T::drop` runs); a tombstone's allocation is
+    /// freed, with no value to move (I39).
+    pub(super) fn into_values(self) -> Vec<(u64, T)> {
+        let mut out = Vec::with_capacity(self.entries.len());
+        for (rank, p) in self.entries {
+            // SAFETY: as in `drop_all`: removed, unreachable, each once (the type's invariant).
+            let value = unsafe { InstancePtr::<T>::new(p).into_value() };
+            out.extend(value.map(|v| (rank, v)));
+        }
+        out
+    }
+}
+
+impl<T: Send, B: Backend> RankLocal<T, B> {
+    /// The thread cache's escaped entry for `rank` (step 1 of a lookup).
+    #[inline]
+    pub(super) fn cached(&self, rank: u64) -> Option<&T> {
+        if !Self::uses_thread_cache(rank) {
+            return None;
+        }
+        // Relaxed: the uid is only a name; the pointer's validity was established by this
+        // thread's own Acquire when it filled the entry (I4).
+        let uid = self.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank)?;
+        // SAFETY: a hit for this `RankLocal`'s current uid is one of its published, ESCAPED
+        // instances (I4, I5: only `Inst::escape_cached` fills such entries), valid for the
+        // `&self` borrow and never mutably aliased (I1); it is a `T` of exactly this type,
+        // lifetimes included, since `RankLocal` is invariant in `T` (I9).
+        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
+    }
+
+    /// Lends the value of the thread cache's owner entry `key` (`rank | OWNER_TAG` or
+    /// `rank | OWN_TAG`) to `f`; gives `f` back on a miss. An owner entry stays valid whatever
+    /// the uid (I34, I35), so the uid is only a name here.
+    #[inline]
+    pub(super) fn with_owner_entry<R, F: FnOnce(&T) -> R>(&self, key: u64, f: F) -> Result<R, F> {
+        debug_assert!(key & cache::OWNER_TAG != 0);
+        // Relaxed: the uid is only a name here.
+        let uid = self.uid.load(Ordering::Relaxed);
+        let Some(p) = cache::lookup(uid, key) else {
+            return Err(f);
+        };
+        // SAFETY: an owner entry was filled by this thread for its own rank while it was alive
+        // ([`LiveOwner::cache`]) and is wiped before the rank's exit work and exit (I34, I39), so
+        // the instance is neither reclaimed (I35) nor a tombstone, and its value stays in place
+        // while `f` runs on this thread (an OWNED one is moved out only by this thread's exit
+        // work, I39); a `T` of this map (I5, I9). The borrow ends with `f`.
+        Ok(f(unsafe {
+            InstancePtr::<T>::new(Erased::from_non_null(p)).value()
+        }))
+    }
+
+    /// `rank`'s instance, escaped inside the backend lookup's own protection (one pin on `Epoch`
+    /// and `ArcSwap`, the read lock on `Baseline`), which keeps it alive from the map load to
+    /// the escape (I33); `None` if absent, being reclaimed or a tombstone.
+    pub(super) fn lookup_escaped(&self, rank: u64) -> Option<&T> {
+        let p = B::get_with(&self.map, rank, |p| {
+            // SAFETY: an instance of this map, protected while this closure runs (I33).
+            let i = unsafe { Inst::new(self, rank, p) };
+            i.meta.escape().then_some(i.p)
+        })??;
+        if Self::uses_thread_cache(rank) {
+            // I4: an ESCAPED instance of this map, under its current uid.
+            cache::store(self.uid_or_assign(), rank, p.erased());
+        }
+        // SAFETY: escaped above, so kept while `&self` lives (I1, I31); a `T` of this map (I5,
+        // I9).
+        Some(unsafe { p.value() })
+    }
+
+    /// `&mut` access: `rank`'s instance's state machine, or `None`.
+    pub(super) fn state_mut(&mut self, rank: u64) -> Option<usize> {
+        // SAFETY: `&mut self` excludes every other writer (I6, I16).
+        let p = unsafe { B::get_by_writer(&self.map, rank) }?;
+        // SAFETY: an instance of this map, alive while `&mut self` is held (I6).
+        Some(unsafe { Inst::new(self, rank, p) }.meta.state())
+    }
+
+    /// Batches whose grace period passed (checked here: a batch not ready is a bug), to drop.
+    pub(super) fn ready_batches(&self, batches: Vec<Batch>) -> Removed<T> {
+        let entries = batches
+            .into_iter()
+            .flat_map(|b| {
+                assert!(
+                    b.is_ready(),
+                    "ranklocal: a batch freed before its grace period"
+                );
+                b.entries
+            })
+            .collect();
+        self.removed(entries)
+    }
+
+    /// `&mut` access: every `(rank, &mut T)`, from one snapshot; settles owner-only instances and
+    /// frees tombstones first, so every value is in place and no exit work touches it (I39).
+    pub(super) fn values_mut(&mut self) -> ValuesMut<'_, T, B> {
+        self.settle_owned(true);
+        ValuesMut {
+            remaining: B::len(&self.map),
+            inner: B::iter(&self.map),
+            _rl: PhantomData,
+        }
+    }
+}
+
+// Also for the `RankLocal`'s drop, whose impl cannot require `T: Send`.
+impl<T, B: Backend> RankLocal<T, B> {
+    /// `&mut` access: unpublishes the instances `keep` rejects.
+    pub(super) fn remove_where_mut(&mut self, keep: &mut dyn FnMut(u64) -> bool) -> Removed<T> {
+        let entries = B::retain(&mut self.map, keep);
+        if !entries.is_empty() {
+            // Relaxed: `&mut self`, ordered by whatever handed it to us. A fresh uid is drawn on
+            // next use, so no thread cache can hit a removed instance (I4).
+            self.uid.store(cache::NO_UID, Ordering::Relaxed);
+        }
+        self.removed(entries)
+    }
+
+    /// `&mut` access: every batch the sweep queued, ready or not: no reader exists (I6, I32).
+    pub(super) fn take_batches_mut(&mut self) -> Removed<T> {
+        let sweep = &mut crate::primitive::mutex_mut(&mut self.writer).sweep;
+        let entries = core::mem::take(&mut sweep.batches)
+            .into_iter()
+            .flat_map(|b| b.entries)
+            .collect();
+        self.removed(entries)
+    }
+
+    fn removed(&self, entries: Vec<(u64, Erased)>) -> Removed<T> {
+        Removed {
+            entries,
+            owner: self as *const Self as usize,
+            _t: PhantomData,
+        }
+    }
+}
+
+/// The live owner: this OS thread, acting as its own rank while that rank is live (I35). Not
+/// `Send`: it is this thread's.
+pub(super) struct LiveOwner<'rl, T: Send, B: Backend> {
+    rl: &'rl RankLocal<T, B>,
+    rank: u64,
+    _here: PhantomData<*const ()>,
+}
+
+impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
+    /// `Some` if `rank` is this thread's own rank and live: its instance cannot be reclaimed
+    /// while the thread runs (I35).
+    pub(super) fn new(rl: &'rl RankLocal<T, B>, rank: u64) -> Option<Self> {
+        (rank == identity::own_raw() && identity::own_alive()).then_some(LiveOwner {
+            rl,
+            rank,
+            _here: PhantomData,
+        })
+    }
+
+    /// The owner's rank.
+    pub(super) fn rank(&self) -> u64 {
+        self.rank
+    }
+
+    /// The owner's instance, found however (a pin, the writer lock, the backend's own read
+    /// protection), kept for as long as this owner is borrowed; `None` for another rank's or
+    /// another map's.
+    pub(super) fn adopt(&self, i: Inst<'_, 'rl, T, B>) -> Option<Inst<'_, 'rl, T, B>> {
+        if i.rank != self.rank || !core::ptr::eq(i.rl, self.rl) {
+            return None;
+        }
+        // SAFETY: the live owner's instance of this map: never swept while its rank is live
+        // (I35), and `&mut`/drop are excluded by the `'rl` borrow.
+        Some(unsafe { Inst::new(self.rl, self.rank, i.erased()) })
+    }
+
+    /// The owner's instance, by a plain map lookup (whose own protection covers the load; once
+    /// found, the owner's instance needs none, I35).
+    pub(super) fn get(&self) -> Option<Inst<'_, 'rl, T, B>> {
+        let p = B::get(&self.rl.map, self.rank)?;
+        // SAFETY: as in `adopt`.
+        Some(unsafe { Inst::new(self.rl, self.rank, p) })
+    }
+
+    /// Remembers `i` (the owner's, checked) as its owner entry under `tag` (`OWNER_TAG` or
+    /// `OWN_TAG`), which [`RankLocal::with_owner_entry`] reads.
+    pub(super) fn cache(&self, i: Inst<'_, 'rl, T, B>, tag: u64) {
+        debug_assert!(tag & cache::OWNER_TAG != 0);
+        assert!(i.rank == self.rank && core::ptr::eq(i.rl, self.rl));
+        cache::store(self.rl.uid_or_assign(), self.rank | tag, i.erased());
+    }
+}
+
+/// An `iter()`'s walk of one snapshot (made by [`Locked::walk`]): yields the entries it escapes
+/// and lets sweeps free tombstones again once dropped.
+///
+/// Covariant in `T`, as `Iter` is: it holds no `&RankLocal<T, _>`, only what it reads.
+pub(super) struct Walk<'rl, T, B: Backend> {
+    inner: B::Iter<'rl>,
+    /// The `RankLocal`'s count of live iterators, given back on drop (I39).
+    live: &'rl AtomicUsize,
+    _t: PhantomData<&'rl T>,
+}
+
+impl<'rl, T, B: Backend> Walk<'rl, T, B> {
+    /// The next entry of the snapshot that is not being reclaimed nor a tombstone, escaped.
+    #[inline]
+    pub(super) fn next_escaped(&mut self) -> Option<(u64, &'rl T)> {
+        loop {
+            let (rank, p) = self.inner.next()?;
+            let p = InstancePtr::<T>::new(p);
+            // SAFETY: an instance of the walked map in the walk's snapshot: published before the
+            // walk was counted, so no sweep takes it, and no tombstone of it is freed while a
+            // walk lives (I31, I39); only `&mut` could free it, which the `'rl` borrow excludes.
+            // Marked as it is yielded: an owner-only instance moves to ESCAPED unless its
+            // thread's exit work took it first (then it is skipped, I39); the others are kept
+            // already (I31), and the CAS only makes their state say so.
+            if unsafe { p.meta() }.escape() {
+                // SAFETY: as just said, and now ESCAPED: kept while the `RankLocal` is borrowed,
+                // never moved out (I31, I39); a `T` of this map (I5, I9).
+                return Some((rank, unsafe { p.value() }));
+            }
+        }
+    }
+}
+
+impl<T, B: Backend> Drop for Walk<'_, T, B> {
+    fn drop(&mut self) {
+        // Release: this walk's reads of its snapshot's tombstones happen before a sweep that sees
+        // the count drop (Acquire) frees them (I39).
+        self.live.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// `&mut` access's walk: every `(rank, &mut T)` of the map, each once ([`RankLocal::values_mut`]).
+pub(super) struct ValuesMut<'a, T, B: Backend> {
+    inner: B::Iter<'a>,
+    /// Instances not yet yielded: the map cannot change while it is mutably borrowed.
+    remaining: usize,
+    _rl: PhantomData<&'a mut RankLocal<T, B>>,
+}
+
+impl<'a, T: 'a, B: Backend> ValuesMut<'a, T, B> {
+    /// The next entry.
+    #[inline]
+    pub(super) fn next(&mut self) -> Option<(u64, &'a mut T)> {
+        let (rank, p) = self.inner.next()?;
+        self.remaining = self.remaining.saturating_sub(1);
+        // SAFETY: the `RankLocal` is mutably borrowed for 'a (I6), and `values_mut` settled every
+        // owner-only instance and unpublished every tombstone first (I39), so each value is in
+        // place; each rank has its own allocation (I1, I5) and the snapshot yields each once, so
+        // the `&mut T`s are disjoint and unaliased.
+        Some((rank, unsafe { InstancePtr::<T>::new(p).value_mut() }))
+    }
+
+    /// Entries not yet yielded.
+    pub(super) fn remaining(&self) -> usize {
+        self.remaining
+    }
+}
