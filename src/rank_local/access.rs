@@ -7,7 +7,7 @@
 
 use core::convert::Infallible;
 
-use super::raw::{Inst, Locked};
+use super::raw::{Escaped, Inst, Locked};
 use super::{fresh_uid, RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::cache;
@@ -276,7 +276,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // a tombstone counts as absent.
         let w = Locked::try_new(self)?;
         counters::bump!(UNPINNED_LOOKUPS);
-        Some(w.get(rank).and_then(Inst::escape_cached))
+        let found = w.get(rank).and_then(Inst::escaped);
+        drop(w); // the cache is filled outside the lock
+        Some(found.map(Escaped::cached))
     }
 
     /// Whether lookups of `rank` go through the thread cache on this backend.

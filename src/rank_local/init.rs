@@ -76,8 +76,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         rank: u64,
         init: impl FnOnce() -> Result<T, E>,
     ) -> Result<&T, E> {
-        let (v, _) = self.first_touch(rank, init, Access::Escaped, |_, i| i.escape_cached())?;
-        Ok(v)
+        let (v, _) = self.first_touch(rank, init, Access::Escaped, |_, i| i.escaped())?;
+        Ok(v.cached()) // outside the writer lock
     }
 
     /// First touch of the live owner's own rank, for `with` ([`Access::Owner`]) or `with_own`

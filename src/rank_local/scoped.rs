@@ -52,6 +52,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 
     /// A non-owner's scoped read: lends `rank`'s instance to `f` under a pin held until `f`
     /// returns ([`Pinned::lookup`]); gives `f` back if there is none.
+    #[inline]
     fn with_pinned<R, F: FnOnce(&T) -> R>(&self, rank: u64, f: F) -> Result<R, F> {
         let pin = Pinned::for_lookup(self);
         match pin.lookup(rank) {

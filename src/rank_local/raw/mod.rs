@@ -8,7 +8,7 @@
 //! | a pin ([`Pinned`]) | `Pinned::new` | [`Inst`]`<'pin>` from the map, its pinned cache entry or a snapshot | a sweep retires behind an epoch grace period, after storing a fresh uid (I32–I34) |
 //! | the writer lock ([`Locked`]) | `Locked::new`/`try_new` | `Inst<'lock>` from [`Locked::get`] and [`Locked::publish`]; the sweep's takes | every write, retirement included, happens under it (I16, I30) |
 //! | the live owner ([`LiveOwner`]) | `LiveOwner::new` on the owner's own thread | `Inst<'owner>` of its own rank; its owner cache entries | a live rank's instance is never swept (I35) |
-//! | an escape | [`Inst::escape`] | `&'rl T`, for as long as the `RankLocal` is borrowed | an ESCAPED instance is kept until `&mut` or drop (I31) |
+//! | an escape | [`Inst::escaped`] | [`Escaped`], whose `&'rl T` lasts as long as the `RankLocal` is borrowed | an ESCAPED instance is kept until `&mut` or drop (I31) |
 //! | a walk ([`Walk`]) | [`Locked::walk`] | escaped `&'rl T` of a snapshot | a walk count and a live-iterator count keep sweeps off it (I31, I39) |
 //! | `&mut RankLocal` | the `&mut` methods | [`Removed`], `&mut T` | no other user exists (I6) |
 //! | a grace period | a [`Batch`] whose token the collector set | [`Removed`] | no reader can still see it (I32) |
@@ -97,17 +97,15 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
         self.meta
     }
 
-    /// Marks the instance ESCAPED and hands its value out for as long as the `RankLocal` is
-    /// borrowed; `None` if it is being reclaimed or a tombstone (absent) (I30, I31, I39).
+    /// Marks the instance ESCAPED (I31): from here on it is kept while the `RankLocal` is
+    /// borrowed, whatever protection found it; `None` if it is being reclaimed or a tombstone.
     #[inline]
-    pub(super) fn escape(self) -> Option<&'rl T> {
-        if !self.meta.escape() {
-            return None;
-        }
-        // SAFETY: alive now (`'g`), and ESCAPED from here on: kept until `&mut` or drop, which
-        // the `'rl` borrow excludes (I31); an ESCAPED value is never moved out (I39); a `T` of
-        // this map (I5, I9).
-        Some(unsafe { self.p.value() })
+    pub(super) fn escaped(self) -> Option<Escaped<'rl, T, B>> {
+        self.meta.escape().then_some(Escaped {
+            p: self.p,
+            rank: self.rank,
+            rl: self.rl,
+        })
     }
 
     /// Makes the instance usable by a scoped reader (OWNED moves on to SCOPED) and lends its
@@ -156,17 +154,34 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
     }
 }
 
-impl<'rl, T: Send, B: Backend> Inst<'_, 'rl, T, B> {
-    /// [`escape`](Self::escape), and the thread cache remembers it for the rank (if the backend
+/// An instance this thread marked ESCAPED ([`Inst::escaped`]): kept until `&mut` or the drop,
+/// so valid while the `RankLocal` is borrowed for `'rl`, with no other protection (I31).
+pub(super) struct Escaped<'rl, T, B: Backend> {
+    p: InstancePtr<T>,
+    rank: u64,
+    rl: &'rl RankLocal<T, B>,
+}
+
+impl<'rl, T, B: Backend> Escaped<'rl, T, B> {
+    /// The value, for as long as the `RankLocal` is borrowed.
+    #[inline]
+    pub(super) fn value(self) -> &'rl T {
+        // SAFETY: ESCAPED: kept until `&mut` or drop, which the `'rl` borrow excludes (I31); an
+        // ESCAPED value is never moved out (I39); a `T` of this map (I5, I9).
+        unsafe { self.p.value() }
+    }
+}
+
+impl<'rl, T: Send, B: Backend> Escaped<'rl, T, B> {
+    /// [`value`](Self::value), and the thread cache remembers it for the rank (if the backend
     /// caches such lookups): a later `get` of the rank hits.
     #[inline]
-    pub(super) fn escape_cached(self) -> Option<&'rl T> {
-        let v = self.escape()?;
+    pub(super) fn cached(self) -> &'rl T {
         if RankLocal::<T, B>::uses_thread_cache(self.rank) {
             // I4: an ESCAPED instance of this map, under its current uid.
             cache::store(self.rl.uid_or_assign(), self.rank, self.p.erased());
         }
-        Some(v)
+        self.value()
     }
 }
 
@@ -193,6 +208,7 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
 
     /// Pins, then loads the uid (I34): the pinned cache entries of that uid are alive while the
     /// pin is held. Does not count the pin: a hit is the fast part of a scoped lookup.
+    #[inline]
     pub(super) fn for_lookup(rl: &'rl RankLocal<T, B>) -> Self {
         rl.uid_or_assign(); // non-zero from now on, so fills never use 0
         let pin = collector::pin();
@@ -203,11 +219,13 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
     }
 
     /// Counts the pin as a slow path's (a lookup that missed the cache).
+    #[inline]
     pub(super) fn count(&self) {
         collector::count_pin(&self.pin);
     }
 
     /// `rank`'s instance in the map.
+    #[inline]
     pub(super) fn get(&self, rank: u64) -> Option<Inst<'_, 'rl, T, B>> {
         let p = B::get(&self.rl.map, rank)?;
         // SAFETY: an instance of this map, loaded under this pin: a sweep that unpublishes it
@@ -219,6 +237,7 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
     /// after the pin, else the map (counting the pin as a slow path's), moving an OWNED instance
     /// on to SCOPED (I39); a hit in the map is remembered as the pinned entry. The value is lent
     /// for as long as the pin is borrowed.
+    #[inline]
     pub(super) fn lookup(&self, rank: u64) -> Option<&T> {
         let cacheable = RankLocal::<T, B>::uses_thread_cache(rank);
         if cacheable {
@@ -301,6 +320,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     }
 
     /// `rank`'s instance, as the map's only writer sees it: no pin, no lock of the backend's.
+    #[inline]
     pub(super) fn get(&self, rank: u64) -> Option<Inst<'_, 'rl, T, B>> {
         // SAFETY: under the writer lock, which serializes every write to the map (I16).
         let p = unsafe { B::get_by_writer(&self.rl.map, rank) }?;
@@ -543,7 +563,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let uid = self.uid.load(Ordering::Relaxed);
         let p = cache::lookup(uid, rank)?;
         // SAFETY: a hit for this `RankLocal`'s current uid is one of its published, ESCAPED
-        // instances (I4, I5: only `Inst::escape_cached` fills such entries), valid for the
+        // instances (I4, I5: only `Escaped::cached` fills such entries), valid for the
         // `&self` borrow and never mutably aliased (I1); it is a `T` of exactly this type,
         // lifetimes included, since `RankLocal` is invariant in `T` (I9).
         Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
@@ -573,11 +593,12 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// `rank`'s instance, escaped inside the backend lookup's own protection (one pin on `Epoch`
     /// and `ArcSwap`, the read lock on `Baseline`), which keeps it alive from the map load to
     /// the escape (I33); `None` if absent, being reclaimed or a tombstone.
+    #[inline]
     pub(super) fn lookup_escaped(&self, rank: u64) -> Option<&T> {
         let p = B::get_with(&self.map, rank, |p| {
+            let p = InstancePtr::<T>::new(p);
             // SAFETY: an instance of this map, protected while this closure runs (I33).
-            let i = unsafe { Inst::new(self, rank, p) };
-            i.meta.escape().then_some(i.p)
+            unsafe { p.meta() }.escape().then_some(p)
         })??;
         if Self::uses_thread_cache(rank) {
             // I4: an ESCAPED instance of this map, under its current uid.
@@ -666,6 +687,7 @@ pub(super) struct LiveOwner<'rl, T: Send, B: Backend> {
 impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
     /// `Some` if `rank` is this thread's own rank and live: its instance cannot be reclaimed
     /// while the thread runs (I35).
+    #[inline]
     pub(super) fn new(rl: &'rl RankLocal<T, B>, rank: u64) -> Option<Self> {
         (rank == identity::own_raw() && identity::own_alive()).then_some(LiveOwner {
             rl,
