@@ -14,7 +14,7 @@ pub(crate) type Counter = std::thread::LocalKey<Cell<u64>>;
 std::thread_local! {
     /// Map lookups made by `RankLocal::lookup_slow` (a thread-cache miss of a plain lookup).
     pub(crate) static MAP_LOOKUPS: Cell<u64> = const { Cell::new(0) };
-    /// Map lookups made by a scoped lookup on behalf of another rank (`pinned_lookup` missed the
+    /// Map lookups made by a scoped lookup on behalf of another rank (`Pinned::lookup` missed the
     /// cache's pinned entries).
     pub(crate) static SCOPED_MAP_LOOKUPS: Cell<u64> = const { Cell::new(0) };
     /// Pins of this thread's participant (`collector::pin`).
@@ -40,7 +40,7 @@ std::thread_local! {
     /// Calls of `RankLocal::insert`: a lookup that takes the writer lock (a first touch, or one
     /// that found nothing in the map).
     pub(crate) static INSERTS: Cell<u64> = const { Cell::new(0) };
-    /// Map lookups made under a free writer lock instead of a pin (`RankLocal::lookup_unpinned`).
+    /// Map lookups made under a free writer lock instead of a pin (`Locked::try_new`).
     pub(crate) static UNPINNED_LOOKUPS: Cell<u64> = const { Cell::new(0) };
     /// Map entries walked while holding a `RankLocal`'s writer lock (by `iter`, a sweep, ...).
     pub(crate) static WALKED_UNDER_LOCK: Cell<u64> = const { Cell::new(0) };
