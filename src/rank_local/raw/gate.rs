@@ -128,17 +128,18 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, rank: u64) {
         return;
     };
     let p = InstancePtr::<T>::new(p);
-    // SAFETY: every entry of a gate's map is an instance of the `RankLocal<T, _>` that made the
-    // gate with `exit_one::<T>` (I5, I39), alive while it is in the map and the gate is alive:
-    // every path that frees an instance of a live `RankLocal` without the inbox took it out of
-    // the map under this lock first, and the inbox delivers this rank only after this work (I39,
-    // I36).
-    if !unsafe { p.meta() }.begin_exit() {
+    // SAFETY:
+    // - `meta`: every entry of a gate's map is an instance of the `RankLocal<T, _>` that made the
+    //   gate with `exit_one::<T>` (I5, I39), alive while it is in the map and the gate is alive:
+    //   every path that frees an instance of a live `RankLocal` without the inbox took it out of
+    //   the map under this lock first, and the inbox delivers this rank only after this work
+    //   (I39, I36);
+    // - `take_value`: as just said, and this thread moved it to EXITING: nobody else touches the
+    //   value (I39).
+    let value = unsafe { p.meta().begin_exit().then(|| p.take_value()) };
+    let Some(value) = value else {
         return; // a reader moved it on: a sweep or `&mut` frees it
-    }
-    // SAFETY: as just said, and this thread moved it to EXITING: nobody else touches the value
-    // (I39).
-    let value = unsafe { p.take_value() };
+    };
     s.tombs.push(rank);
     s.in_flight += 1;
     drop(s);

@@ -70,11 +70,6 @@ impl Meta {
         self.born.load(Ordering::Relaxed)
     }
 
-    /// Records the walk count at publication (I31). Relaxed: published with the instance (I2).
-    pub(super) fn set_born(&self, walks: u64) {
-        self.born.store(walks, Ordering::Relaxed);
-    }
-
     /// Moves the instance to ESCAPED unless it is being reclaimed or is a tombstone; `false` if it
     /// is (the caller then treats the rank's instance as absent) (I30, I31, I39).
     #[inline]
@@ -187,13 +182,14 @@ impl<T> Clone for InstancePtr<T> {
 impl<T> Copy for InstancePtr<T> {}
 
 impl<T> InstancePtr<T> {
-    /// A fresh instance of `value` in state `state`, not yet published (I1).
-    pub(super) fn alloc(value: T, state: usize) -> Self {
+    /// A fresh instance of `value` in state `state`, not yet published (I1), published at the
+    /// walk count `born` (I31).
+    pub(super) fn alloc(value: T, state: usize, born: u64) -> Self {
         let p = Erased::new(Box::new(Instance {
             value: ManuallyDrop::new(value),
             meta: Meta {
                 state: AtomicUsize::new(state),
-                born: AtomicU64::new(0),
+                born: AtomicU64::new(born),
             },
         }));
         InstancePtr {
@@ -261,11 +257,15 @@ impl<T> InstancePtr<T> {
     /// As for [`meta`](Self::meta); this thread moved the instance to EXITING, so nothing else
     /// reads or writes the value (I39).
     pub(super) unsafe fn take_value(self) -> T {
-        // SAFETY: the caller's contract (I39): `value` is initialized (not a tombstone) and is read
-        // out once, after which the allocation is a tombstone whose value is never read (I39).
-        let value = unsafe { ManuallyDrop::take(&mut (*self.p.as_ptr()).value) };
-        // SAFETY: as just said.
-        let meta = unsafe { self.meta() };
+        // SAFETY: the caller's contract (I39): the instance is alive, `value` is initialized (not
+        // a tombstone) and is read out once, after which the allocation is a tombstone whose value
+        // is never read (I39).
+        let (value, meta) = unsafe {
+            (
+                ManuallyDrop::take(&mut (*self.p.as_ptr()).value),
+                self.meta(),
+            )
+        };
         // Release: pairs with the Acquire of whoever later frees or refills the tombstone.
         meta.state.store(DROPPED, Ordering::Release);
         value
@@ -278,13 +278,13 @@ impl<T> InstancePtr<T> {
     /// DROPPED (so no value is in it and no reader touches its value until it sees the new
     /// state) (I39).
     pub(super) unsafe fn refill(self, value: T, state: usize) {
-        // SAFETY: the caller's contract (I39): the slot holds no value and no reference to it
-        // exists; writing through the raw pointer touches only the value field (I39).
-        unsafe {
-            core::ptr::addr_of_mut!((*self.p.as_ptr()).value).write(ManuallyDrop::new(value))
+        // SAFETY: the caller's contract (I39): the instance is alive, the slot holds no value and
+        // no reference to it exists; writing through the raw pointer touches only the value field
+        // (I39).
+        let meta = unsafe {
+            core::ptr::addr_of_mut!((*self.p.as_ptr()).value).write(ManuallyDrop::new(value));
+            self.meta()
         };
-        // SAFETY: alive, the caller's contract (I39).
-        let meta = unsafe { self.meta() };
         // Release: a reader whose Acquire load sees `state` sees the value written above (I39).
         meta.state.store(state, Ordering::Release);
     }

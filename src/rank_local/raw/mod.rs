@@ -322,12 +322,13 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// `rank`'s instance, as the map's only writer sees it: no pin, no lock of the backend's.
     #[inline]
     pub(super) fn get(&self, rank: u64) -> Option<Inst<'_, 'rl, T, B>> {
-        // SAFETY: under the writer lock, which serializes every write to the map (I16).
-        let p = unsafe { B::get_by_writer(&self.rl.map, rank) }?;
-        // SAFETY: an instance of this map, in it under the writer lock: no write unpublishes it
-        // and no retirement starts its grace period while the lock is held, and the borrow of
-        // `self` ends before any `&mut self` method (which may unpublish) runs (I16, I30, I32).
-        Some(unsafe { Inst::new(self.rl, rank, p) })
+        // SAFETY:
+        // - `get_by_writer`: under the writer lock, which serializes every write to the map (I16);
+        // - `Inst::new`: an instance of this map, in it under the writer lock: no write
+        //   unpublishes it and no retirement starts its grace period while the lock is held, and
+        //   the borrow of `self` ends before any `&mut self` method (which may unpublish) runs
+        //   (I16, I30, I32).
+        unsafe { B::get_by_writer(&self.rl.map, rank).map(|p| Inst::new(self.rl, rank, p)) }
     }
 
     /// `i`, reached under this lock, kept alive by `pin` instead: the pin exists while the lock is
@@ -375,16 +376,14 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     }
 
     fn publish_state(&self, rank: u64, value: T, state: usize) -> Inst<'_, 'rl, T, B> {
-        let Some(old) = self.get(rank).map(|i| i.p) else {
-            let p = InstancePtr::alloc(value, state);
-            // SAFETY: allocated above, not published yet: alive, ours alone (I1).
-            unsafe { p.meta() }.set_born(self.w.walks);
+        let Some(old) = self.get(rank) else {
+            let p = InstancePtr::alloc(value, state, self.w.walks);
             B::insert(&self.rl.map, rank, p.erased());
-            // SAFETY: just published in this map, under the writer lock: as in `get`.
-            return unsafe { Inst::new(self.rl, rank, p.erased()) };
+            return self
+                .get(rank)
+                .expect("ranklocal: a published instance is in the map");
         };
-        // SAFETY: in this map under the writer lock (as in `get`).
-        let meta = unsafe { old.meta() };
+        let meta = old.meta;
         if meta.state() == instance::EXITING {
             // The exit work is moving the value out under the gate lock: wait for that short
             // critical section (no user code) to end.
@@ -401,9 +400,8 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         // SAFETY: under the writer lock, in this map and DROPPED (checked just above; the gate
         // lock ordered the exit work's move before this, and the claim excludes every other
         // first touch of `rank`, I39).
-        unsafe { old.refill(value, state) };
-        // SAFETY: in this map under the writer lock: as in `get`.
-        unsafe { Inst::new(self.rl, rank, old.erased()) }
+        unsafe { old.p.refill(value, state) };
+        old
     }
 
     /// Counts a walk and hands out its snapshot ([`RankLocal::iter`]): every instance in it was
@@ -595,26 +593,20 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// the escape (I33); `None` if absent, being reclaimed or a tombstone.
     #[inline]
     pub(super) fn lookup_escaped(&self, rank: u64) -> Option<&T> {
-        let p = B::get_with(&self.map, rank, |p| {
-            let p = InstancePtr::<T>::new(p);
-            // SAFETY: an instance of this map, protected while this closure runs (I33).
-            unsafe { p.meta() }.escape().then_some(p)
+        let escaped = B::get_with(&self.map, rank, |p| {
+            // SAFETY: an instance of this map, protected while this closure runs (I33); the
+            // `Inst` does not leave the closure, only what its escape makes.
+            unsafe { Inst::new(self, rank, p) }.escaped()
         })??;
-        if Self::uses_thread_cache(rank) {
-            // I4: an ESCAPED instance of this map, under its current uid.
-            cache::store(self.uid_or_assign(), rank, p.erased());
-        }
-        // SAFETY: escaped above, so kept while `&self` lives (I1, I31); a `T` of this map (I5,
-        // I9).
-        Some(unsafe { p.value() })
+        Some(escaped.cached())
     }
 
     /// `&mut` access: `rank`'s instance's state machine, or `None`.
     pub(super) fn state_mut(&mut self, rank: u64) -> Option<usize> {
-        // SAFETY: `&mut self` excludes every other writer (I6, I16).
-        let p = unsafe { B::get_by_writer(&self.map, rank) }?;
-        // SAFETY: an instance of this map, alive while `&mut self` is held (I6).
-        Some(unsafe { Inst::new(self, rank, p) }.meta.state())
+        // SAFETY: `&mut self` excludes every other writer (I6, I16), and keeps the instance
+        // found alive (I6).
+        let i = unsafe { B::get_by_writer(&self.map, rank).map(|p| Inst::new(self, rank, p)) };
+        i.map(|i| i.meta.state())
     }
 
     /// Batches whose grace period passed (checked here: a batch not ready is a bug), to drop.
@@ -748,16 +740,19 @@ impl<'rl, T, B: Backend> Walk<'rl, T, B> {
         loop {
             let (rank, p) = self.inner.next()?;
             let p = InstancePtr::<T>::new(p);
-            // SAFETY: an instance of the walked map in the walk's snapshot: published before the
-            // walk was counted, so no sweep takes it, and no tombstone of it is freed while a
-            // walk lives (I31, I39); only `&mut` could free it, which the `'rl` borrow excludes.
             // Marked as it is yielded: an owner-only instance moves to ESCAPED unless its
             // thread's exit work took it first (then it is skipped, I39); the others are kept
             // already (I31), and the CAS only makes their state say so.
-            if unsafe { p.meta() }.escape() {
-                // SAFETY: as just said, and now ESCAPED: kept while the `RankLocal` is borrowed,
-                // never moved out (I31, I39); a `T` of this map (I5, I9).
-                return Some((rank, unsafe { p.value() }));
+            // SAFETY:
+            // - `meta`: an instance of the walked map in the walk's snapshot: published before
+            //   the walk was counted, so no sweep takes it, and no tombstone of it is freed while
+            //   a walk lives (I31, I39); only `&mut` could free it, which the `'rl` borrow
+            //   excludes;
+            // - `value`: as just said, and now ESCAPED: kept while the `RankLocal` is borrowed,
+            //   never moved out (I31, I39); a `T` of this map (I5, I9).
+            let v = unsafe { p.meta().escape().then(|| p.value()) };
+            if let Some(v) = v {
+                return Some((rank, v));
             }
         }
     }
