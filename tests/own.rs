@@ -28,6 +28,32 @@ common::backend_tests! {
     a_value_made_by_a_late_destructor_is_swept,
     debug_shows_the_own_value_only,
     tombstones_wait_for_a_held_iterator_and_do_not_pile_up,
+    a_scoped_refill_of_a_tombstone_runs_init_unpinned,
+}
+
+/// A scoped first touch (another rank's `with`) that finds the rank's tombstone refills it after
+/// an `init` that runs outside every read, as any first touch's: `reclaim_exited_blocking`, which
+/// panics inside a read, works in that `init`. It panicked when the first touch pinned before it
+/// saw the tombstone (and kept the pin through the claim and `init`).
+fn a_scoped_refill_of_a_tombstone_runs_init_unpinned<B: Backend>() {
+    let rl = RankLocal::<AtomicUsize, B>::new();
+    let other = RankLocal::<AtomicUsize, B>::new();
+    let id = thread::scope(|s| {
+        s.spawn(|| {
+            rl.with_own(|v| v.store(1, SeqCst));
+            RankId::current()
+        })
+        .join()
+        .unwrap() // the thread ended: its exit work left a tombstone
+    });
+    assert_eq!(rl.len(), 1);
+    let init = || {
+        other.reclaim_exited_blocking();
+        AtomicUsize::new(7)
+    };
+    let seen = on_behalf_of(id, || rl.with_or(init, |v| v.load(SeqCst)));
+    assert_eq!(seen, 7);
+    assert_eq!(rl.len(), 1, "the tombstone was refilled in place");
 }
 
 /// The slots of values dropped at exit (tombstones) are freed by a sweep once no `iter()` that

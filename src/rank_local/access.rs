@@ -7,7 +7,7 @@
 
 use core::convert::Infallible;
 
-use super::raw::{Escaped, Inst, Locked};
+use super::raw::{Escaped, Inst, Locked, OwnerTag};
 use super::{fresh_uid, RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::cache;
@@ -352,7 +352,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         T: SyncValue,
     {
         let rank = identity::current_raw_or_zero();
-        match self.with_owner_entry(rank | cache::OWNER_TAG, f) {
+        match self.with_owner_entry(rank, OwnerTag::Owner, f) {
             Ok(r) => r,
             Err(f) => self.with_slow(init, f),
         }
@@ -401,7 +401,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         T: SyncValue,
     {
         let rank = rank.as_u64();
-        match self.with_owner_entry(rank | cache::OWNER_TAG, f) {
+        match self.with_owner_entry(rank, OwnerTag::Owner, f) {
             Ok(r) => Some(r),
             Err(f) => self.with_for_slow(rank, f),
         }

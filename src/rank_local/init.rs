@@ -67,6 +67,21 @@ fn end_claim<T: Send, B: Backend>(w: &mut Locked<'_, T, B>, rank: u64) -> bool {
     w.claim_waiters > 0
 }
 
+/// Frees, when dropped, what a scoped first touch's sweep left ready ([`RankLocal::free_after_unpin`]),
+/// if it left any.
+struct FreeAfterUnpin<'a, T: Send, B: Backend> {
+    rl: &'a RankLocal<T, B>,
+    waiting: bool,
+}
+
+impl<T: Send, B: Backend> Drop for FreeAfterUnpin<'_, T, B> {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.rl.free_after_unpin();
+        }
+    }
+}
+
 impl<T: Send, B: Backend> RankLocal<T, B> {
     /// First touch of `rank` for a `&T` that escapes (`get` and friends): ESCAPED (I31), and
     /// remembered by the thread cache. Pins nothing.
@@ -112,15 +127,23 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         init: impl FnOnce() -> Result<T, E>,
         f: impl FnOnce(&T) -> R,
     ) -> Result<R, E> {
+        // Declared before the pin, so that it drops after it also if `f` unwinds.
+        let mut frees = FreeAfterUnpin {
+            rl: self,
+            waiting: false,
+        };
         let pin = OnceCell::new();
         let (v, waiting) = self.first_touch(rank, init, Access::Scoped, |w, i| {
-            w.protect(i, pin.get_or_init(|| Pinned::new(self))).scope()
+            // Pinned only for an instance that serves: a tombstone is refilled after an `init`
+            // that runs unpinned.
+            i.scope()?;
+            w.protect(rank, pin.get_or_init(|| Pinned::new(self)))?
+                .scope()
         })?;
+        frees.waiting = waiting;
         let r = f(v);
         drop(pin); // first: no other rank's value is dropped while this one is pinned
-        if waiting {
-            self.free_after_unpin();
-        }
+        drop(frees);
         Ok(r)
     }
 

@@ -16,10 +16,9 @@ use core::convert::Infallible;
 use core::fmt;
 
 use super::init::Access;
-use super::raw::{Inst, LiveOwner, Pinned};
+use super::raw::{Inst, LiveOwner, OwnerTag, Pinned};
 use super::RankLocal;
 use crate::backend::Backend;
-use crate::cache;
 use crate::identity;
 
 /// The values a rank-aware method can hand to another thread than their owner's: `Send + Sync`.
@@ -219,7 +218,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn with_own_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
         let rank = identity::own_raw_or_zero();
-        match self.with_owner_entry(rank | cache::OWN_TAG, f) {
+        match self.with_owner_entry(rank, OwnerTag::Own, f) {
             Ok(r) => r,
             Err(f) => self
                 .with_own_slow(Some(init), f)
@@ -242,7 +241,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[inline]
     pub fn try_with_own<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
         let rank = identity::own_raw_or_zero();
-        match self.with_owner_entry(rank | cache::OWN_TAG, f) {
+        match self.with_owner_entry(rank, OwnerTag::Own, f) {
             Ok(r) => Some(r),
             Err(f) => self.with_own_slow(None::<fn() -> T>, f),
         }
@@ -279,7 +278,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             let v = i
                 .own()
                 .expect("ranklocal: the live owner's instance is in use");
-            owner.cache(i, cache::OWN_TAG);
+            owner.cache(i, OwnerTag::Own);
             return Some(f(v));
         }
         // Past the exit hook (or under loom, where thread liveness is not tracked): pinned, as a

@@ -24,7 +24,7 @@
 
 use std::collections::VecDeque;
 
-use super::raw::{close_gate, drop_payload, is_dropping, Batch, Locked, Payload, Taken};
+use super::raw::{close_gate, drop_payload, is_dropping, Batch, Locked, Payload};
 use super::{RankLocal, Writer};
 use crate::backend::Backend;
 use crate::collector;
@@ -35,7 +35,7 @@ use crate::primitive::{lock, mutex_mut, Arc};
 pub(super) struct Sweep {
     /// Where the exits of ranks with a scoped instance here are delivered; made by the first
     /// scoped first touch (I36).
-    inbox: Option<Arc<Inbox>>,
+    pub(super) inbox: Option<Arc<Inbox>>,
     /// Unpublished instances waiting for their grace period (I32), by ascending serial.
     pub(super) batches: VecDeque<Batch>,
     /// The serial of the next batch.
@@ -190,8 +190,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // `reclaim_exited` also unpublishes the tombstones exit work left (I39), whose exits a
         // sweep may have taken already (while an iterator held them back)
         let tombs = when == SweepWhen::Now && w.gate.as_ref().is_some_and(|g| g.has_tombs());
-        let inbox = w.sweep.inbox.clone();
-        let pending = inbox.as_ref().map_or(0, |i| i.len());
+        let pending = w.sweep.inbox.as_ref().map_or(0, |i| i.len());
         let due = tombs
             || pending > 0
                 && (when == SweepWhen::Now
@@ -200,15 +199,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             return 0;
         }
         crate::counters::bump!(SWEEPS);
-        let mut taken = Taken::default();
-        if let Some(inbox) = &inbox {
-            w.take_exited(inbox, &mut taken);
-        }
-        // and the tombstones exit work left, whether or not their exits arrived yet (I39)
-        w.take_tombstones(&mut taken);
-        let n = taken.len();
-        w.retire(taken);
-        n
+        w.sweep_exited()
     }
 
     /// The batches whose grace period passed, taken out of the bookkeeping under the writer lock

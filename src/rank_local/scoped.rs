@@ -12,10 +12,9 @@
 use core::convert::Infallible;
 
 use super::init::Access;
-use super::raw::{Inst, LiveOwner, Locked, Pinned};
+use super::raw::{Inst, LiveOwner, Locked, OwnerTag, Pinned};
 use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
-use crate::cache;
 use crate::counters;
 use crate::identity::{self, RankId};
 
@@ -144,7 +143,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let v = i
             .scope()
             .expect("ranklocal: the live owner's instance is in use");
-        owner.cache(i, cache::OWNER_TAG);
+        owner.cache(i, OwnerTag::Owner);
         f(v)
     }
 }

@@ -168,7 +168,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// to retire (I39) — unless an `Iter` lives: a tombstone published before its walk may be in
     /// its snapshot, so the list waits for a later sweep (O(1) now; the list is walked once, when
     /// no iterator lives).
-    pub(in crate::rank_local) fn take_tombstones(&mut self, taken: &mut Taken) {
+    pub(super) fn take_tombstones(&mut self, taken: &mut Taken) {
         let Some(gate) = self.gate.clone() else {
             return;
         };

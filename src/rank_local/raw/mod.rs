@@ -239,7 +239,8 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
     /// for as long as the pin is borrowed.
     #[inline]
     pub(super) fn lookup(&self, rank: u64) -> Option<&T> {
-        let cacheable = RankLocal::<T, B>::uses_thread_cache(rank);
+        // No cache without the uid loaded after the pin (a `Pinned::new`, for visits).
+        let cacheable = self.uid != cache::NO_UID && RankLocal::<T, B>::uses_thread_cache(rank);
         if cacheable {
             if let Some(p) = cache::lookup(self.uid, rank | cache::PINNED_TAG) {
                 // SAFETY: a pinned entry of the uid current after this pin holds an instance of
@@ -331,17 +332,18 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         unsafe { B::get_by_writer(&self.rl.map, rank).map(|p| Inst::new(self.rl, rank, p)) }
     }
 
-    /// `i`, reached under this lock, kept alive by `pin` instead: the pin exists while the lock is
-    /// held and `i` is not retired before the lock is released, so its grace period, if it is
-    /// ever retired, waits for `pin` (I32, I33).
+    /// `rank`'s instance, looked up under this lock and kept alive by `pin`: the pin exists while
+    /// the lock is held, and what the map holds now is not retired before the lock is released,
+    /// so its grace period, if it is ever retired, waits for `pin` (I32, I33).
     pub(super) fn protect<'p>(
         &self,
-        i: Inst<'_, 'rl, T, B>,
+        rank: u64,
         pin: &'p Pinned<'rl, T, B>,
-    ) -> Inst<'p, 'rl, T, B> {
-        assert!(core::ptr::eq(pin.rl, self.rl) && core::ptr::eq(i.rl, self.rl));
-        // SAFETY: as just said; a `T` of this map (I5).
-        unsafe { Inst::new(self.rl, i.rank, i.erased()) }
+    ) -> Option<Inst<'p, 'rl, T, B>> {
+        assert!(core::ptr::eq(pin.rl, self.rl));
+        let p = self.get(rank)?.erased();
+        // SAFETY: as just said; an instance of this map (I5).
+        Some(unsafe { Inst::new(self.rl, rank, p) })
     }
 
     /// Publishes `value` as `rank`'s instance, in the state `access` asks for, at the current walk
@@ -418,10 +420,24 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         }
     }
 
-    /// The sweep's take (I30, I36, I39): the instances of the ranks in `inbox` (exited ranks:
-    /// their exits were delivered there, I36) that no `iter()` may hold, SCOPED → RECLAIMING or
-    /// DROPPED → REAPED, added to `taken`.
-    pub(super) fn take_exited(&mut self, inbox: &Inbox, taken: &mut Taken) {
+    /// The sweep (I30, I32, I36, I39): takes the instances of the ranks in the sweep's inbox
+    /// (exited ranks: their exits were delivered there, I36) that no `iter()` may hold, SCOPED →
+    /// RECLAIMING or DROPPED → REAPED, and the tombstones exit work left (whether or not their
+    /// exits arrived yet), then unpublishes them all in one write, draws a fresh uid and queues
+    /// them as one batch behind an epoch grace period. Returns how many it retired.
+    pub(super) fn sweep_exited(&mut self) -> usize {
+        let mut taken = Taken::default();
+        if let Some(inbox) = self.w.sweep.inbox.clone() {
+            self.take_exited(&inbox, &mut taken);
+        }
+        self.take_tombstones(&mut taken);
+        let n = taken.entries.len();
+        self.retire(taken);
+        n
+    }
+
+    /// The sweep's take of the exited ranks in `inbox`, into `taken`.
+    fn take_exited(&mut self, inbox: &Inbox, taken: &mut Taken) {
         let walks = self.w.walks;
         for rank in inbox.take() {
             crate::counters::bump!(WALKED_UNDER_LOCK);
@@ -437,7 +453,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 
     /// Unpublishes what `taken` holds in one write, draws a fresh uid and queues it as one batch
     /// behind an epoch grace period (I32, I34, I39).
-    pub(super) fn retire(&mut self, taken: Taken) {
+    fn retire(&mut self, taken: Taken) {
         let Taken { ranks, entries } = taken;
         if entries.is_empty() {
             return;
@@ -462,24 +478,19 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     }
 }
 
-/// Instances a sweep took (RECLAIMING, or REAPED tombstones) and has not unpublished yet; only
-/// [`Locked::retire`] consumes it, in the same critical section.
+/// Instances a sweep took (RECLAIMING, or REAPED tombstones) and has not unpublished yet: made and
+/// retired inside [`Locked::sweep_exited`], never outside this module.
 #[must_use = "what a sweep took is retired in the same critical section"]
 #[derive(Default)]
-pub(super) struct Taken {
+struct Taken {
     ranks: Vec<u64>,
     entries: Vec<(u64, Erased)>,
 }
 
 impl Taken {
-    fn push<T: Send, B: Backend>(&mut self, i: Inst<'_, '_, T, B>) {
+    fn push<T, B: Backend>(&mut self, i: Inst<'_, '_, T, B>) {
         self.ranks.push(i.rank);
         self.entries.push((i.rank, i.erased()));
-    }
-
-    /// How many instances were taken.
-    pub(super) fn len(&self) -> usize {
-        self.entries.len()
     }
 }
 
@@ -567,15 +578,19 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
     }
 
-    /// Lends the value of the thread cache's owner entry `key` (`rank | OWNER_TAG` or
-    /// `rank | OWN_TAG`) to `f`; gives `f` back on a miss. An owner entry stays valid whatever
-    /// the uid (I34, I35), so the uid is only a name here.
+    /// Lends the value of the thread cache's owner entry `tag` for `rank` to `f`; gives `f` back
+    /// on a miss. An owner entry stays valid whatever the uid (I34, I35), so the uid is only a
+    /// name here.
     #[inline]
-    pub(super) fn with_owner_entry<R, F: FnOnce(&T) -> R>(&self, key: u64, f: F) -> Result<R, F> {
-        debug_assert!(key & cache::OWNER_TAG != 0);
+    pub(super) fn with_owner_entry<R, F: FnOnce(&T) -> R>(
+        &self,
+        rank: u64,
+        tag: OwnerTag,
+        f: F,
+    ) -> Result<R, F> {
         // Relaxed: the uid is only a name here.
         let uid = self.uid.load(Ordering::Relaxed);
-        let Some(p) = cache::lookup(uid, key) else {
+        let Some(p) = cache::lookup(uid, rank | tag.bits()) else {
             return Err(f);
         };
         // SAFETY: an owner entry was filled by this thread for its own rank while it was alive
@@ -639,8 +654,18 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 // Also for the `RankLocal`'s drop, whose impl cannot require `T: Send`.
 impl<T, B: Backend> RankLocal<T, B> {
     /// `&mut` access: unpublishes the instances `keep` rejects.
+    /// Their entries in the gate go too, under its lock, so no exit work touches what is
+    /// removed (an exit work that came first left a tombstone, which frees no value, I39).
     pub(super) fn remove_where_mut(&mut self, keep: &mut dyn FnMut(u64) -> bool) -> Removed<T> {
         let entries = B::retain(&mut self.map, keep);
+        if let Some(gate) = &crate::primitive::mutex_mut(&mut self.writer).gate {
+            let mut s = lock(&gate.inner);
+            if !s.owned.is_empty() {
+                for (rank, _) in &entries {
+                    s.owned.remove(rank);
+                }
+            }
+        }
         if !entries.is_empty() {
             // Relaxed: `&mut self`, ordered by whatever handed it to us. A fresh uid is drawn on
             // next use, so no thread cache can hit a removed instance (I4).
@@ -664,6 +689,25 @@ impl<T, B: Backend> RankLocal<T, B> {
             entries,
             owner: self as *const Self as usize,
             _t: PhantomData,
+        }
+    }
+}
+
+/// Which owner entry of the thread cache: `with`'s or `with_own`'s (I34, I39).
+#[derive(Clone, Copy)]
+pub(super) enum OwnerTag {
+    /// `with`/`with_for` of the live owner: `OWNER_TAG`.
+    Owner,
+    /// `with_own`/`try_with_own`: `OWN_TAG`.
+    Own,
+}
+
+impl OwnerTag {
+    #[inline]
+    fn bits(self) -> u64 {
+        match self {
+            OwnerTag::Owner => cache::OWNER_TAG,
+            OwnerTag::Own => cache::OWN_TAG,
         }
     }
 }
@@ -697,7 +741,8 @@ impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
     /// protection), kept for as long as this owner is borrowed; `None` for another rank's or
     /// another map's.
     pub(super) fn adopt(&self, i: Inst<'_, 'rl, T, B>) -> Option<Inst<'_, 'rl, T, B>> {
-        if i.rank != self.rank || !core::ptr::eq(i.rl, self.rl) {
+        // Still live: a `LiveOwner` kept past the thread's exit hook proves nothing.
+        if i.rank != self.rank || !core::ptr::eq(i.rl, self.rl) || !identity::own_alive() {
             return None;
         }
         // SAFETY: the live owner's instance of this map: never swept while its rank is live
@@ -708,17 +753,22 @@ impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
     /// The owner's instance, by a plain map lookup (whose own protection covers the load; once
     /// found, the owner's instance needs none, I35).
     pub(super) fn get(&self) -> Option<Inst<'_, 'rl, T, B>> {
+        if !identity::own_alive() {
+            return None; // see `adopt`
+        }
         let p = B::get(&self.rl.map, self.rank)?;
         // SAFETY: as in `adopt`.
         Some(unsafe { Inst::new(self.rl, self.rank, p) })
     }
 
-    /// Remembers `i` (the owner's, checked) as its owner entry under `tag` (`OWNER_TAG` or
-    /// `OWN_TAG`), which [`RankLocal::with_owner_entry`] reads.
-    pub(super) fn cache(&self, i: Inst<'_, 'rl, T, B>, tag: u64) {
-        debug_assert!(tag & cache::OWNER_TAG != 0);
+    /// Remembers `i` (the owner's, checked) as its owner entry under `tag`, which
+    /// [`RankLocal::with_owner_entry`] reads; nothing once the thread's exit hook has begun (the
+    /// entry would outlive the wipe).
+    pub(super) fn cache(&self, i: Inst<'_, 'rl, T, B>, tag: OwnerTag) {
         assert!(i.rank == self.rank && core::ptr::eq(i.rl, self.rl));
-        cache::store(self.rl.uid_or_assign(), self.rank | tag, i.erased());
+        if identity::own_alive() {
+            cache::store(self.rl.uid_or_assign(), self.rank | tag.bits(), i.erased());
+        }
     }
 }
 
