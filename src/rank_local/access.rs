@@ -8,13 +8,11 @@
 use core::convert::Infallible;
 
 use super::raw::{Escaped, Inst, Locked, OwnerTag};
-use super::{fresh_uid, RankLocal, SyncValue};
+use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
-use crate::cache;
 use crate::collector;
 use crate::counters;
 use crate::identity::{self, RankId};
-use crate::primitive::Ordering;
 
 // Construction and access: each lookup probes the thread cache inline and falls back to a
 // `#[cold]` path.
@@ -425,7 +423,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// assert_eq!(rl.len(), 2);
     /// ```
     pub fn len(&self) -> usize {
-        B::len(&self.map)
+        self.core.len()
     }
 
     /// `true` if no rank has an instance.
@@ -442,22 +440,5 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// This `RankLocal`'s uid, drawing a fresh one if it has none (I4).
-    pub(crate) fn uid_or_assign(&self) -> cache::Uid {
-        // Relaxed everywhere: uids carry no data, they only have to be unique.
-        let uid = self.uid.load(Ordering::Relaxed);
-        if uid != cache::NO_UID {
-            return uid;
-        }
-        let fresh = fresh_uid();
-        match self
-            .uid
-            .compare_exchange(cache::NO_UID, fresh, Ordering::Relaxed, Ordering::Relaxed)
-        {
-            Ok(_) => fresh,
-            Err(current) => current,
-        }
     }
 }

@@ -61,7 +61,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     pub fn kept_exited(&self) -> usize {
         // An instance published before the last `iter()` counts as handed out (I31); a count
         // read a moment before the visit misses at most what that moment's `iter` escaped.
-        let walks = lock(&self.writer).walks;
+        let walks = lock(&self.writer).tracks.walks();
         let mut escaped: Vec<u64> = {
             // The pin covers the snapshot's load and the visit (I33).
             let pin = Pinned::new(self);
@@ -81,7 +81,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     pub(super) fn check_kept(&self, access: Access) {
         #[cfg(all(debug_assertions, not(loom)))]
         if access == Access::Escaped && !self.kept_warned.load(Ordering::Relaxed) {
-            let n = B::len(&self.map);
+            let n = self.core.len();
             if n >= WARN_FROM && n.is_power_of_two() {
                 self.warn_kept(n);
             }

@@ -41,7 +41,7 @@ use core::marker::PhantomData;
 
 use crate::backend::{Backend, Epoch};
 use crate::cache;
-use crate::primitive::{global, Arc, AtomicU64, Condvar, Mutex, Ordering};
+use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
 
 use self::init::Claim;
 pub use self::iter::{Iter, IterMut};
@@ -130,11 +130,9 @@ type Invariant<T> = fn(T) -> T;
 /// assert_eq!(counts.get().load(Ordering::Relaxed), 1);
 /// ```
 pub struct RankLocal<T, B: Backend = Epoch> {
-    /// rank → instance (I1, I5).
-    map: B::Map,
-    /// The thread-cache key (I4); [`cache::NO_UID`] until first used, replaced when an instance
-    /// is removed; never 0.
-    uid: cache::AtomicUid,
+    /// The map, the thread-cache key and the count of live walks: what `raw`'s protections rely
+    /// on, private to it.
+    core: raw::Core<B>,
     /// The writer lock: serializes every write to the map (I16) and guards what only writers
     /// touch — claims, the sweeper's bookkeeping, the walk count. Readers never take it.
     writer: Mutex<Writer>,
@@ -143,10 +141,6 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     /// Set once a debug build warned about values kept for exited ranks (`kept`).
     #[cfg(all(debug_assertions, not(loom)))]
     kept_warned: crate::primitive::AtomicBool,
-    /// `Iter`s alive (I31, I39): while one is, a tombstone published before its walk may be in
-    /// its snapshot, and no sweep frees it. Incremented by `iter` under the writer lock,
-    /// decremented by the `Iter`'s drop.
-    iterators: crate::primitive::AtomicUsize,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
     _owns: PhantomData<(T, Invariant<T>)>,
@@ -160,45 +154,27 @@ struct Writer {
     claim_waiters: usize,
     /// The sweeper's bookkeeping (`reclaim`, I32).
     sweep: Sweep,
-    /// How many times `iter` took a snapshot (I31): an instance published at a lower count may
-    /// be in an iterator's snapshot, and counts as escaped. Each instance records the count it
-    /// was published at, so `iter` marks nothing: O(1) under the lock.
-    walks: u64,
-    /// Shared with the exit hooks of threads that have an OWNED instance here; made by the first
-    /// `with_own` first touch (`own`, I39).
-    gate: Option<Arc<raw::Gate>>,
+    /// The walk count and the exit drop's gate: what `raw`'s protections rely on, private to it.
+    tracks: raw::Tracks,
 }
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
 macro_rules! empty_rank_local {
     ($map:expr) => {
         $crate::rank_local::RankLocal {
-            map: $map,
-            uid: $crate::cache::AtomicUid::new($crate::cache::NO_UID),
+            core: $crate::rank_local::raw::Core::new($map),
             writer: $crate::primitive::Mutex::new($crate::rank_local::Writer {
                 claims: Vec::new(),
                 claim_waiters: 0,
                 sweep: $crate::rank_local::reclaim::Sweep::NEW,
-                walks: 0,
-                gate: None,
+                tracks: $crate::rank_local::raw::Tracks::NEW,
             }),
             claim_ended: $crate::primitive::Condvar::new(),
             #[cfg(all(debug_assertions, not(loom)))]
             kept_warned: $crate::primitive::AtomicBool::new(false),
-            iterators: $crate::primitive::AtomicUsize::new(0),
             _owns: core::marker::PhantomData,
         }
     };
-}
-
-#[cfg(all(test, not(loom)))]
-impl<T: Send, B: Backend> RankLocal<T, B> {
-    /// Test-only: an empty `RankLocal` with the given uid (unique: drawn by [`fresh_uid`]).
-    pub(crate) fn with_uid(uid: cache::Uid) -> Self {
-        let rl = Self::new();
-        rl.uid.store(uid, Ordering::Relaxed);
-        rl
-    }
 }
 
 impl<T: Send, B: Backend> Default for RankLocal<T, B> {

@@ -189,7 +189,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     fn unpublish_exited(w: &mut Locked<'_, T, B>, when: SweepWhen) -> usize {
         // `reclaim_exited` also unpublishes the tombstones exit work left (I39), whose exits a
         // sweep may have taken already (while an iterator held them back)
-        let tombs = when == SweepWhen::Now && w.gate.as_ref().is_some_and(|g| g.has_tombs());
+        let tombs = when == SweepWhen::Now && w.tracks.has_tombs();
         let pending = w.sweep.inbox.as_ref().map_or(0, |i| i.len());
         let due = tombs
             || pending > 0
@@ -464,7 +464,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// ```
     pub fn purge_exited(&mut self) -> usize {
         // Ask about liveness first: dropping instances may touch rank ids (and the live set).
-        let mut exited: Vec<u64> = B::iter(&self.map).map(|(rank, _)| rank).collect();
+        let mut exited: Vec<u64> = self.core.ranks();
         identity::retain_exited(&mut exited);
         exited.sort_unstable();
         self.remove_where(&mut |rank| exited.binary_search(&rank).is_err())

@@ -169,12 +169,12 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// its snapshot, so the list waits for a later sweep (O(1) now; the list is walked once, when
     /// no iterator lives).
     pub(super) fn take_tombstones(&mut self, taken: &mut Taken) {
-        let Some(gate) = self.gate.clone() else {
+        let Some(gate) = self.tracks.gate.clone() else {
             return;
         };
         let mut s = lock(&gate.inner);
         // Acquire: pairs with a walk's Release decrement (I39).
-        if self.rl().iterators.load(Ordering::Acquire) != 0 {
+        if self.rl().core.iterators.load(Ordering::Acquire) != 0 {
             return;
         }
         for rank in core::mem::take(&mut s.tombs) {
@@ -195,7 +195,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// them after their rank exits), and, if `unpublish_tombs`, frees the tombstones (I39).
     pub(in crate::rank_local) fn settle_owned(&mut self, unpublish_tombs: bool) {
         let w = mutex_mut(&mut self.writer);
-        let Some(gate) = w.gate.clone() else {
+        let Some(gate) = w.tracks.gate.clone() else {
             return;
         };
         let mut s = lock(&gate.inner);
@@ -230,7 +230,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 /// the values exit work moved out to be dropped, since their `T` may borrow what dies with
 /// the `RankLocal` — unless this thread is inside such a drop of this gate (I39).
 pub(in crate::rank_local) fn close_gate(w: &mut Writer) {
-    let Some(gate) = &w.gate else {
+    let Some(gate) = &w.tracks.gate else {
         return;
     };
     // Relaxed: a pruning hint (`Gate::is_open`).

@@ -52,6 +52,80 @@ pub(super) type Payload = Box<dyn Any + Send>;
 // `Sync`.
 unsafe impl<T: Send, B: Backend> Sync for RankLocal<T, B> {}
 
+/// What a `RankLocal` holds that the protections here rely on, private to this module: the map
+/// (I1, I5, I16), the thread-cache key (I4), the count of live walks (I39).
+pub(super) struct Core<B: Backend> {
+    /// rank → instance (I1, I5).
+    map: B::Map,
+    /// The thread-cache key (I4); [`cache::NO_UID`] until first used, replaced when an instance
+    /// is removed; never 0.
+    uid: cache::AtomicUid,
+    /// Walks (`Iter`s) alive (I31, I39): while one is, a tombstone published before it may be in
+    /// its snapshot, and no sweep frees it. Incremented under the writer lock by
+    /// [`Locked::walk`], decremented by the walk's drop.
+    iterators: AtomicUsize,
+}
+
+impl<B: Backend> Core<B> {
+    /// A `RankLocal`'s empty core; `const` except under loom, whose primitives are not.
+    #[cfg(not(loom))]
+    pub(super) const fn new(map: B::Map) -> Self {
+        Core {
+            map,
+            uid: cache::AtomicUid::new(cache::NO_UID),
+            iterators: AtomicUsize::new(0),
+        }
+    }
+
+    /// A `RankLocal`'s empty core (loom's primitives cannot be built in a `const`).
+    #[cfg(loom)]
+    pub(super) fn new(map: B::Map) -> Self {
+        Core {
+            map,
+            uid: cache::AtomicUid::new(cache::NO_UID),
+            iterators: AtomicUsize::new(0),
+        }
+    }
+
+    /// Number of entries.
+    pub(super) fn len(&self) -> usize {
+        B::len(&self.map)
+    }
+
+    /// The ranks with an entry, from one snapshot.
+    pub(super) fn ranks(&self) -> Vec<u64> {
+        B::iter(&self.map).map(|(rank, _)| rank).collect()
+    }
+}
+
+/// What the writer lock guards that the protections here rely on, private to this module.
+pub(super) struct Tracks {
+    /// How many times `iter` took a snapshot (I31): an instance published at a lower count may
+    /// be in an iterator's snapshot, and counts as escaped. Each instance records the count it
+    /// was published at, so `iter` marks nothing: O(1) under the lock.
+    walks: u64,
+    /// Shared with the exit hooks of threads that have an OWNED instance here; made by the first
+    /// `with_own` first touch (I39).
+    gate: Option<Arc<Gate>>,
+}
+
+impl Tracks {
+    pub(super) const NEW: Tracks = Tracks {
+        walks: 0,
+        gate: None,
+    };
+
+    /// The walk count.
+    pub(super) fn walks(&self) -> u64 {
+        self.walks
+    }
+
+    /// `true` while tombstones wait for a sweep to unpublish them (I39).
+    pub(super) fn has_tombs(&self) -> bool {
+        self.gate.as_ref().is_some_and(|g| g.has_tombs())
+    }
+}
+
 /// One instance of the map of `rl`, alive for `'g` (the borrow of the protection it came from),
 /// in a `RankLocal` borrowed for `'rl`. Only this module makes one. Not `Send`: a protection is
 /// this thread's.
@@ -214,7 +288,7 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
         let pin = collector::pin();
         // SeqCst, after the pin's SeqCst fence: a sweeper that stored a fresh uid before
         // retiring something this pin does not protect is seen here (I34).
-        let uid = rl.uid.load(Ordering::SeqCst);
+        let uid = rl.core.uid.load(Ordering::SeqCst);
         Pinned { rl, uid, pin }
     }
 
@@ -227,7 +301,7 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
     /// `rank`'s instance in the map.
     #[inline]
     pub(super) fn get(&self, rank: u64) -> Option<Inst<'_, 'rl, T, B>> {
-        let p = B::get(&self.rl.map, rank)?;
+        let p = B::get(&self.rl.core.map, rank)?;
         // SAFETY: an instance of this map, loaded under this pin: a sweep that unpublishes it
         // retires it behind a grace period that waits for the pin (I32, I33).
         Some(unsafe { Inst::new(self.rl, rank, p) })
@@ -264,7 +338,7 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
 
     /// Every instance of one snapshot, loaded under this pin.
     pub(super) fn iter(&self) -> impl Iterator<Item = Inst<'_, 'rl, T, B>> + '_ {
-        B::iter(&self.rl.map).map(|(rank, p)| {
+        B::iter(&self.rl.core.map).map(|(rank, p)| {
             // SAFETY: an instance of this map, in a snapshot loaded under this pin (I32, I33).
             unsafe { Inst::new(self.rl, rank, p) }
         })
@@ -329,7 +403,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         //   unpublishes it and no retirement starts its grace period while the lock is held, and
         //   the borrow of `self` ends before any `&mut self` method (which may unpublish) runs
         //   (I16, I30, I32).
-        unsafe { B::get_by_writer(&self.rl.map, rank).map(|p| Inst::new(self.rl, rank, p)) }
+        unsafe { B::get_by_writer(&self.rl.core.map, rank).map(|p| Inst::new(self.rl, rank, p)) }
     }
 
     /// `rank`'s instance, looked up under this lock and kept alive by `pin`: the pin exists while
@@ -363,6 +437,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         if access == Access::Own {
             let gate = self
                 .w
+                .tracks
                 .gate
                 .as_ref()
                 .expect("ranklocal: `make_gate` before an OWNED publish");
@@ -374,13 +449,13 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 
     /// The gate, made on first use (I39).
     pub(super) fn make_gate(&mut self) {
-        self.w.gate.get_or_insert_with(Gate::new::<T>);
+        self.w.tracks.gate.get_or_insert_with(Gate::new::<T>);
     }
 
     fn publish_state(&self, rank: u64, value: T, state: usize) -> Inst<'_, 'rl, T, B> {
         let Some(old) = self.get(rank) else {
-            let p = InstancePtr::alloc(value, state, self.w.walks);
-            B::insert(&self.rl.map, rank, p.erased());
+            let p = InstancePtr::alloc(value, state, self.w.tracks.walks);
+            B::insert(&self.rl.core.map, rank, p.erased());
             return self
                 .get(rank)
                 .expect("ranklocal: a published instance is in the map");
@@ -389,7 +464,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         if meta.state() == instance::EXITING {
             // The exit work is moving the value out under the gate lock: wait for that short
             // critical section (no user code) to end.
-            if let Some(g) = &self.w.gate {
+            if let Some(g) = &self.w.tracks.gate {
                 drop(lock(&g.inner));
             }
         }
@@ -410,12 +485,12 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// published at a lower walk count, so no sweep takes it from now on (I31); a tombstone in it
     /// stays published while the walk lives (I39).
     pub(super) fn walk(mut self) -> Walk<'rl, T, B> {
-        self.w.walks += 1;
+        self.w.tracks.walks += 1;
         // Relaxed: read by sweeps under the writer lock, which orders this increment before them.
-        self.rl.iterators.fetch_add(1, Ordering::Relaxed);
+        self.rl.core.iterators.fetch_add(1, Ordering::Relaxed);
         Walk {
-            inner: B::iter(&self.rl.map),
-            live: &self.rl.iterators,
+            inner: B::iter(&self.rl.core.map),
+            live: &self.rl.core.iterators,
             _t: PhantomData,
         }
     }
@@ -438,7 +513,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 
     /// The sweep's take of the exited ranks in `inbox`, into `taken`.
     fn take_exited(&mut self, inbox: &Inbox, taken: &mut Taken) {
-        let walks = self.w.walks;
+        let walks = self.w.tracks.walks;
         for rank in inbox.take() {
             crate::counters::bump!(WALKED_UNDER_LOCK);
             let Some(i) = self.get(rank) else {
@@ -458,11 +533,11 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         if entries.is_empty() {
             return;
         }
-        let removed = B::remove(&self.rl.map, &ranks);
+        let removed = B::remove(&self.rl.core.map, &ranks);
         debug_assert_eq!(removed, entries.len());
         // A fresh uid before retiring: pinned scoped entries keyed by the old one are dead for
         // every reader that pins after this store (I34).
-        self.rl.uid.store(fresh_uid(), Ordering::SeqCst);
+        self.rl.core.uid.store(fresh_uid(), Ordering::SeqCst);
         let done = Arc::new(AtomicBool::new(false));
         // The collector sets the token only after every thread pinned now has unpinned (I32,
         // I37), at once, whoever swept: batched with the writers' other retirements it could wait
@@ -561,6 +636,33 @@ impl<T> Removed<T> {
 }
 
 impl<T: Send, B: Backend> RankLocal<T, B> {
+    /// The uid, drawing one on first use (it is [`cache::NO_UID`] until then). Relaxed
+    /// everywhere: uids carry no data, they only have to be unique.
+    pub(crate) fn uid_or_assign(&self) -> cache::Uid {
+        let uid = self.core.uid.load(Ordering::Relaxed);
+        if uid != cache::NO_UID {
+            return uid;
+        }
+        let fresh = fresh_uid();
+        match self.core.uid.compare_exchange(
+            cache::NO_UID,
+            fresh,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => fresh,
+            Err(current) => current,
+        }
+    }
+
+    /// Test-only: an empty `RankLocal` with the given uid (unique: drawn by [`fresh_uid`]).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn with_uid(uid: cache::Uid) -> Self {
+        let rl = Self::new();
+        rl.core.uid.store(uid, Ordering::Relaxed);
+        rl
+    }
+
     /// The thread cache's escaped entry for `rank` (step 1 of a lookup).
     #[inline]
     pub(super) fn cached(&self, rank: u64) -> Option<&T> {
@@ -569,7 +671,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         }
         // Relaxed: the uid is only a name; the pointer's validity was established by this
         // thread's own Acquire when it filled the entry (I4).
-        let uid = self.uid.load(Ordering::Relaxed);
+        let uid = self.core.uid.load(Ordering::Relaxed);
         let p = cache::lookup(uid, rank)?;
         // SAFETY: a hit for this `RankLocal`'s current uid is one of its published, ESCAPED
         // instances (I4, I5: only `Escaped::cached` fills such entries), valid for the
@@ -589,7 +691,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         f: F,
     ) -> Result<R, F> {
         // Relaxed: the uid is only a name here.
-        let uid = self.uid.load(Ordering::Relaxed);
+        let uid = self.core.uid.load(Ordering::Relaxed);
         let Some(p) = cache::lookup(uid, rank | tag.bits()) else {
             return Err(f);
         };
@@ -608,7 +710,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// the escape (I33); `None` if absent, being reclaimed or a tombstone.
     #[inline]
     pub(super) fn lookup_escaped(&self, rank: u64) -> Option<&T> {
-        let escaped = B::get_with(&self.map, rank, |p| {
+        let escaped = B::get_with(&self.core.map, rank, |p| {
             // SAFETY: an instance of this map, protected while this closure runs (I33); the
             // `Inst` does not leave the closure, only what its escape makes.
             unsafe { Inst::new(self, rank, p) }.escaped()
@@ -620,7 +722,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     pub(super) fn state_mut(&mut self, rank: u64) -> Option<usize> {
         // SAFETY: `&mut self` excludes every other writer (I6, I16), and keeps the instance
         // found alive (I6).
-        let i = unsafe { B::get_by_writer(&self.map, rank).map(|p| Inst::new(self, rank, p)) };
+        let i = unsafe { B::get_by_writer(&self.core.map, rank).map(|p| Inst::new(self, rank, p)) };
         i.map(|i| i.meta.state())
     }
 
@@ -644,8 +746,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     pub(super) fn values_mut(&mut self) -> ValuesMut<'_, T, B> {
         self.settle_owned(true);
         ValuesMut {
-            remaining: B::len(&self.map),
-            inner: B::iter(&self.map),
+            remaining: B::len(&self.core.map),
+            inner: B::iter(&self.core.map),
             _rl: PhantomData,
         }
     }
@@ -657,8 +759,8 @@ impl<T, B: Backend> RankLocal<T, B> {
     /// Their entries in the gate go too, under its lock, so no exit work touches what is
     /// removed (an exit work that came first left a tombstone, which frees no value, I39).
     pub(super) fn remove_where_mut(&mut self, keep: &mut dyn FnMut(u64) -> bool) -> Removed<T> {
-        let entries = B::retain(&mut self.map, keep);
-        if let Some(gate) = &crate::primitive::mutex_mut(&mut self.writer).gate {
+        let entries = B::retain(&mut self.core.map, keep);
+        if let Some(gate) = &crate::primitive::mutex_mut(&mut self.writer).tracks.gate {
             let mut s = lock(&gate.inner);
             if !s.owned.is_empty() {
                 for (rank, _) in &entries {
@@ -669,7 +771,7 @@ impl<T, B: Backend> RankLocal<T, B> {
         if !entries.is_empty() {
             // Relaxed: `&mut self`, ordered by whatever handed it to us. A fresh uid is drawn on
             // next use, so no thread cache can hit a removed instance (I4).
-            self.uid.store(cache::NO_UID, Ordering::Relaxed);
+            self.core.uid.store(cache::NO_UID, Ordering::Relaxed);
         }
         self.removed(entries)
     }
@@ -756,7 +858,7 @@ impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
         if !identity::own_alive() {
             return None; // see `adopt`
         }
-        let p = B::get(&self.rl.map, self.rank)?;
+        let p = B::get(&self.rl.core.map, self.rank)?;
         // SAFETY: as in `adopt`.
         Some(unsafe { Inst::new(self.rl, self.rank, p) })
     }
