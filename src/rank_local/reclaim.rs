@@ -22,25 +22,17 @@
 
 #![deny(unsafe_code)]
 
-use std::collections::VecDeque;
-
 use super::raw::{close_gate, drop_payload, is_dropping, Batch, Locked, Payload};
 use super::{RankLocal, Writer};
 use crate::backend::Backend;
 use crate::collector;
-use crate::identity::{self, Inbox};
-use crate::primitive::{lock, mutex_mut, Arc};
+use crate::identity;
+use crate::primitive::{lock, mutex_mut};
 
-/// The sweeper's bookkeeping (part of what the writer lock guards).
+/// The sweeper's bookkeeping of when to sweep and what is being freed (part of what the writer
+/// lock guards); the inbox and the queue of retired batches are `raw`'s (`Tracks`).
 pub(super) struct Sweep {
-    /// Where the exits of ranks with a scoped instance here are delivered; made by the first
-    /// scoped first touch (I36).
-    pub(super) inbox: Option<Arc<Inbox>>,
-    /// Unpublished instances waiting for their grace period (I32), by ascending serial.
-    pub(super) batches: VecDeque<Batch>,
-    /// The serial of the next batch.
-    pub(super) next_serial: u64,
-    /// `batches.len()` at which `take_ready` scans them all, not just the front.
+    /// The queue length at which taking the ready batches scans them all, not just the front.
     scan_at: usize,
     /// Batches taken out to be freed and not freed yet: (serial, the freeing thread's own rank).
     freeing: Vec<(u64, u64)>,
@@ -52,9 +44,6 @@ pub(super) struct Sweep {
 
 impl Sweep {
     pub(super) const NEW: Sweep = Sweep {
-        inbox: None,
-        batches: VecDeque::new(),
-        next_serial: 0,
         scan_at: 8,
         freeing: Vec::new(),
         panic: None,
@@ -76,38 +65,24 @@ impl Sweep {
             false
         }
     }
+}
 
-    /// Takes out the batches whose grace period passed (I32), in amortized O(1) per batch: the
-    /// collector runs deferred closures roughly in the order they were deferred, so the front
-    /// is checked every time and the rest only once the queue has doubled since the last scan.
-    fn take_ready(&mut self) -> Vec<Batch> {
-        // The collector sets a batch's token after every reader pinned at the retirement
-        // unpinned (I32).
-        let ready = |b: &Batch| b.is_ready();
-        let mut out = Vec::new();
-        while self.batches.front().is_some_and(ready) {
-            out.extend(self.batches.pop_front());
-        }
-        if self.batches.len() >= self.scan_at {
-            crate::counters::bump!(BATCH_SCANS);
-            let (now, later): (VecDeque<Batch>, VecDeque<Batch>) =
-                core::mem::take(&mut self.batches)
-                    .into_iter()
-                    .partition(ready);
-            out.extend(now);
-            self.batches = later;
-            self.scan_at = (2 * self.batches.len()).max(8);
-        }
-        out
-    }
+/// Takes out the batches whose grace period passed, listed as being freed by this thread (`me`)
+/// until [`RankLocal::free_ready`] has freed them.
+fn take_ready(w: &mut Writer, me: u64) -> Vec<Batch> {
+    let ready = w.tracks.take_ready(&mut w.sweep.scan_at);
+    w.sweep
+        .freeing
+        .extend(ready.iter().map(|b| (b.serial(), me)));
+    ready
+}
 
-    /// `true` while a batch with a serial below `upto` is retired, or being freed by a thread
-    /// other than `me` — unless `in_drop` (`reclaim_exited_blocking`'s wait, see there).
-    fn holds_before(&self, upto: u64, me: u64, in_drop: bool) -> bool {
-        // `batches` is in ascending serial order: the front is the oldest.
-        self.batches.front().is_some_and(|b| b.serial() < upto)
-            || (!in_drop && self.freeing.iter().any(|&(s, t)| s < upto && t != me))
-    }
+/// `true` while a batch with a serial below `upto` is retired, or being freed by a thread other
+/// than `me` — unless `in_drop` (`reclaim_exited_blocking`'s wait, see there).
+fn holds_before(w: &Writer, upto: u64, me: u64, in_drop: bool) -> bool {
+    // the queue is in ascending serial order: its front is the oldest
+    w.tracks.oldest_serial().is_some_and(|s| s < upto)
+        || (!in_drop && w.sweep.freeing.iter().any(|&(s, t)| s < upto && t != me))
 }
 
 /// When [`RankLocal::sweep`] sweeps.
@@ -143,8 +118,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Asks for `rank`'s exit, whose scoped instance the writer holding `w` just published
     /// (I36).
     pub(super) fn watch_exit(w: &mut Writer, rank: u64) {
-        let inbox = w.sweep.inbox.get_or_insert_with(Inbox::new);
-        identity::watch_exit(rank, inbox);
+        w.tracks.watch_exit(rank);
     }
 
     /// [`sweep`](Self::sweep) without taking the ready batches out, for a caller that stays
@@ -158,7 +132,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// (found in review: a blocking call waited for a delegate's `with` to return).
     pub(super) fn sweep_leaving_ready(w: &mut Locked<'_, T, B>) -> bool {
         Self::unpublish_exited(w, SweepWhen::Due);
-        !w.sweep.batches.is_empty()
+        !w.tracks.no_batches()
     }
 
     /// What a scoped first touch frees once it has unpinned: the ready batches its sweep left in
@@ -190,7 +164,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // `reclaim_exited` also unpublishes the tombstones exit work left (I39), whose exits a
         // sweep may have taken already (while an iterator held them back)
         let tombs = when == SweepWhen::Now && w.tracks.has_tombs();
-        let pending = w.sweep.inbox.as_ref().map_or(0, |i| i.len());
+        let pending = w.tracks.pending();
         let due = tombs
             || pending > 0
                 && (when == SweepWhen::Now
@@ -212,14 +186,11 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// `reclaim_exited_blocking`, which refuses to run inside a read. The ready batches stay
     /// queued for the next sweep or reclamation call made outside every read.
     fn take(w: &mut Writer, when: SweepWhen) -> Ready {
-        let sw = &mut w.sweep;
-        if sw.batches.is_empty() || collector::is_pinned() {
+        if w.tracks.no_batches() || collector::is_pinned() {
             return Ready::NONE;
         }
-        let ready = sw.take_ready();
-        let me = identity::own_raw();
-        sw.freeing.extend(ready.iter().map(|b| (b.serial(), me)));
-        let help = when == SweepWhen::Due && !sw.batches.is_empty() && sw.help_due();
+        let ready = take_ready(w, identity::own_raw());
+        let help = when == SweepWhen::Due && !w.tracks.no_batches() && w.sweep.help_due();
         Ready {
             batches: ready,
             help,
@@ -308,7 +279,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // Help the grace period along (each flush may advance the epoch once); whatever is not
         // ready yet goes with a later sweep.
         for _ in 0..3 {
-            if lock(&self.writer).sweep.batches.is_empty() || collector::is_pinned() {
+            if lock(&self.writer).tracks.no_batches() || collector::is_pinned() {
                 break; // nothing waits, or inside a read: nothing could be freed here
             }
             collector::flush();
@@ -376,7 +347,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let (n, upto) = {
             let mut w = Locked::new(self);
             let (n, ready) = Self::sweep(&mut w, SweepWhen::Now);
-            let upto = w.sweep.next_serial;
+            let upto = w.tracks.next_serial();
             drop(w);
             self.free_ready(ready);
             (n, upto)
@@ -390,11 +361,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         loop {
             let (ready, waiting) = {
                 let mut w = lock(&self.writer);
-                let ready = w.sweep.take_ready();
-                w.sweep
-                    .freeing
-                    .extend(ready.iter().map(|b| (b.serial(), me)));
-                let waiting = w.sweep.holds_before(upto, me, in_drop);
+                let ready = take_ready(&mut w, me);
+                let waiting = holds_before(&w, upto, me, in_drop);
                 (
                     Ready {
                         batches: ready,
@@ -516,9 +484,7 @@ impl<T, B: Backend> Drop for RankLocal<T, B> {
         // First: no exit work starts any more, and the values it moved out are dropped (I39).
         close_gate(mutex_mut(&mut self.writer));
         let mut removed = self.remove_where_mut(&mut |_| false);
-        if let Some(inbox) = &mutex_mut(&mut self.writer).sweep.inbox {
-            inbox.close(); // no more deliveries; the live ranks' registrations get pruned
-        }
+        mutex_mut(&mut self.writer).tracks.close_inbox();
         removed.extend(self.take_batches_mut());
         let kept = mutex_mut(&mut self.writer).sweep.panic.take();
         // The uid dies with `self` and is never reused, so cached copies are dead (I4).

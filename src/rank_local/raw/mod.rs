@@ -27,6 +27,7 @@ mod instance;
 
 use core::any::Any;
 use core::marker::PhantomData;
+use std::collections::VecDeque;
 
 use super::init::Access;
 use super::{fresh_uid, RankLocal, Writer};
@@ -98,7 +99,8 @@ impl<B: Backend> Core<B> {
     }
 }
 
-/// What the writer lock guards that the protections here rely on, private to this module.
+/// What the writer lock guards that the protections here rely on, private to this module: the walk
+/// count, the gate, and the sweep's inbox of exited ranks and queue of retired batches.
 pub(super) struct Tracks {
     /// How many times `iter` took a snapshot (I31): an instance published at a lower count may
     /// be in an iterator's snapshot, and counts as escaped. Each instance records the count it
@@ -107,13 +109,78 @@ pub(super) struct Tracks {
     /// Shared with the exit hooks of threads that have an OWNED instance here; made by the first
     /// `with_own` first touch (I39).
     gate: Option<Arc<Gate>>,
+    /// Where the exits of ranks with a scoped or owner-only instance here are delivered; made by
+    /// the first such first touch (I36). The sweep takes only what it delivers: exited ranks.
+    inbox: Option<Arc<Inbox>>,
+    /// Unpublished instances waiting for their grace period (I32), by ascending serial.
+    batches: VecDeque<Batch>,
+    /// The serial of the next batch.
+    next_serial: u64,
 }
 
 impl Tracks {
     pub(super) const NEW: Tracks = Tracks {
         walks: 0,
         gate: None,
+        inbox: None,
+        batches: VecDeque::new(),
+        next_serial: 0,
     };
+
+    /// Asks for `rank`'s exit, whose instance the writer just published (I36).
+    pub(super) fn watch_exit(&mut self, rank: u64) {
+        let inbox = self.inbox.get_or_insert_with(Inbox::new);
+        identity::watch_exit(rank, inbox);
+    }
+
+    /// Exits delivered and not swept yet.
+    pub(super) fn pending(&self) -> usize {
+        self.inbox.as_ref().map_or(0, |i| i.len())
+    }
+
+    /// For the `RankLocal`'s drop: no more deliveries; the live ranks' registrations get pruned.
+    pub(super) fn close_inbox(&self) {
+        if let Some(inbox) = &self.inbox {
+            inbox.close();
+        }
+    }
+
+    /// `true` while no batch waits for its grace period.
+    pub(super) fn no_batches(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// The serial the next batch will get.
+    pub(super) fn next_serial(&self) -> u64 {
+        self.next_serial
+    }
+
+    /// The serial of the oldest batch still queued.
+    pub(super) fn oldest_serial(&self) -> Option<u64> {
+        self.batches.front().map(Batch::serial)
+    }
+
+    /// Takes out the batches whose grace period passed (I32), in amortized O(1) per batch: the
+    /// collector runs deferred closures roughly in the order they were deferred, so the front
+    /// is checked every time and the rest only once the queue reached `scan_at` (which this
+    /// sets to twice what is left).
+    pub(super) fn take_ready(&mut self, scan_at: &mut usize) -> Vec<Batch> {
+        let mut out = Vec::new();
+        while self.batches.front().is_some_and(Batch::is_ready) {
+            out.extend(self.batches.pop_front());
+        }
+        if self.batches.len() >= *scan_at {
+            crate::counters::bump!(BATCH_SCANS);
+            let (now, later): (VecDeque<Batch>, VecDeque<Batch>) =
+                core::mem::take(&mut self.batches)
+                    .into_iter()
+                    .partition(Batch::is_ready);
+            out.extend(now);
+            self.batches = later;
+            *scan_at = (2 * self.batches.len()).max(8);
+        }
+        out
+    }
 
     /// The walk count.
     pub(super) fn walks(&self) -> u64 {
@@ -502,7 +569,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// them as one batch behind an epoch grace period. Returns how many it retired.
     pub(super) fn sweep_exited(&mut self) -> usize {
         let mut taken = Taken::default();
-        if let Some(inbox) = self.w.sweep.inbox.clone() {
+        if let Some(inbox) = self.w.tracks.inbox.clone() {
             self.take_exited(&inbox, &mut taken);
         }
         self.take_tombstones(&mut taken);
@@ -543,13 +610,13 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         // I37), at once, whoever swept: batched with the writers' other retirements it could wait
         // for 15 more sweeps process-wide on the backends whose writes retire nothing else.
         collector::retire_token(Arc::clone(&done));
-        let sw = &mut self.w.sweep;
-        sw.batches.push_back(Batch {
-            serial: sw.next_serial,
+        let q = &mut self.w.tracks;
+        q.batches.push_back(Batch {
+            serial: q.next_serial,
             done,
             entries,
         });
-        sw.next_serial += 1;
+        q.next_serial += 1;
     }
 }
 
@@ -586,7 +653,7 @@ impl Batch {
     }
 
     /// `true` once its grace period passed. Acquire: pairs with the collector's Release store.
-    pub(super) fn is_ready(&self) -> bool {
+    fn is_ready(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
 }
@@ -778,8 +845,8 @@ impl<T, B: Backend> RankLocal<T, B> {
 
     /// `&mut` access: every batch the sweep queued, ready or not: no reader exists (I6, I32).
     pub(super) fn take_batches_mut(&mut self) -> Removed<T> {
-        let sweep = &mut crate::primitive::mutex_mut(&mut self.writer).sweep;
-        let entries = core::mem::take(&mut sweep.batches)
+        let q = &mut crate::primitive::mutex_mut(&mut self.writer).tracks;
+        let entries = core::mem::take(&mut q.batches)
             .into_iter()
             .flat_map(|b| b.entries)
             .collect();
