@@ -35,10 +35,10 @@ std::thread_local! {
     pub(crate) static HELPS: Cell<u64> = const { Cell::new(0) };
     /// Wake-ups of threads waiting for a claim to end (`claim_ended.notify_all`, a futex call).
     pub(crate) static CLAIM_NOTIFIES: Cell<u64> = const { Cell::new(0) };
-    /// Full scans of a `RankLocal`'s waiting batches (`Sweep::take_ready`).
+    /// Full scans of a `RankLocal`'s waiting batches (`raw::Tracks::take_ready`).
     pub(crate) static BATCH_SCANS: Cell<u64> = const { Cell::new(0) };
-    /// Calls of `RankLocal::insert`: a lookup that takes the writer lock (a first touch, or one
-    /// that found nothing in the map).
+    /// First touches (`RankLocal::first_touch`): a lookup that takes the writer lock (a first
+    /// touch, or one that found nothing in the map).
     pub(crate) static INSERTS: Cell<u64> = const { Cell::new(0) };
     /// Map lookups made under a free writer lock instead of a pin (`Locked::try_new`).
     pub(crate) static UNPINNED_LOOKUPS: Cell<u64> = const { Cell::new(0) };

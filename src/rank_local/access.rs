@@ -408,8 +408,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 
 impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Number of ranks with an instance not yet freed. A value that its thread's exit dropped
-    /// (see [`with_own`](Self::with_own)) leaves its slot counted until a sweep, `iter` or a
-    /// `&mut` call frees it (or a first touch of the rank fills it again).
+    /// (see [`with_own`](Self::with_own)) leaves its slot counted until a sweep or a `&mut` call
+    /// frees it (or a first touch of the rank fills it again).
     ///
     /// ```
     /// use ranklocal::{on_behalf_of, Rank, RankLocal};

@@ -204,7 +204,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             let h = hand(&w, w.publish(rank, value, access))
                 .expect("ranklocal: a published instance serves its first touch");
             if access != Access::Escaped {
-                Self::watch_exit(&mut w, rank); // after publishing: see I36
+                w.watch_exit(rank); // after publishing: see I36
             }
             // Writers sweep exited ranks' scoped-only instances, amortized (I32, I36). A caller
             // that stays pinned leaves the ready batches queued until it unpinned.

@@ -5,11 +5,10 @@
 #![deny(unsafe_code)]
 
 use super::init::Access;
-use super::raw::Pinned;
+use super::raw::{Locked, Pinned};
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::identity;
-use crate::primitive::lock;
 #[cfg(all(debug_assertions, not(loom)))]
 use crate::primitive::Ordering;
 
@@ -61,7 +60,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     pub fn kept_exited(&self) -> usize {
         // An instance published before the last `iter()` counts as handed out (I31); a count
         // read a moment before the visit misses at most what that moment's `iter` escaped.
-        let walks = lock(&self.writer).tracks.walks();
+        let walks = Locked::new(self).walks();
         let mut escaped: Vec<u64> = {
             // The pin covers the snapshot's load and the visit (I33).
             let pin = Pinned::new(self);

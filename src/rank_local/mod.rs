@@ -9,7 +9,7 @@
 //! 3. **First touch** (cold): the init protocol (`init`), then publish a new snapshot.
 //!
 //! # Where each part lives
-//! - this file: the struct, its fields and the uid;
+//! - this file: the struct, its fields and how uids are drawn;
 //! - `access`: construction and the hot path — each `#[inline]` cache probe followed by its
 //!   `#[cold]` slow path — then `len`;
 //! - `raw`: the only module that types an instance pointer back and reads through it: instances
@@ -132,10 +132,10 @@ type Invariant<T> = fn(T) -> T;
 pub struct RankLocal<T, B: Backend = Epoch> {
     /// The map, the thread-cache key and the count of live walks: what `raw`'s protections rely
     /// on, private to it.
-    core: raw::Core<B>,
+    core: raw::Core<T, B>,
     /// The writer lock: serializes every write to the map (I16) and guards what only writers
     /// touch — claims, the sweeper's bookkeeping, the walk count. Readers never take it.
-    writer: Mutex<Writer>,
+    writer: Mutex<raw::Guarded<T>>,
     /// Signalled whenever a claim ends (`init`).
     claim_ended: Condvar,
     /// Set once a debug build warned about values kept for exited ranks (`kept`).
@@ -146,7 +146,9 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     _owns: PhantomData<(T, Invariant<T>)>,
 }
 
-/// What the writer lock guards: read and written only by a thread holding it, or through `&mut`.
+/// What the writer lock guards for this facade (`raw::Guarded` holds it next to what only `raw`
+/// reaches): read and written only by a thread holding it (through `raw::Locked`), or through
+/// `&mut`.
 struct Writer {
     /// Ranks whose `init` is running (the init protocol, `init`).
     claims: Vec<Claim>,
@@ -154,8 +156,6 @@ struct Writer {
     claim_waiters: usize,
     /// The sweeper's bookkeeping (`reclaim`, I32).
     sweep: Sweep,
-    /// The walk count and the exit drop's gate: what `raw`'s protections rely on, private to it.
-    tracks: raw::Tracks,
 }
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
@@ -163,12 +163,13 @@ macro_rules! empty_rank_local {
     ($map:expr) => {
         $crate::rank_local::RankLocal {
             core: $crate::rank_local::raw::Core::new($map),
-            writer: $crate::primitive::Mutex::new($crate::rank_local::Writer {
-                claims: Vec::new(),
-                claim_waiters: 0,
-                sweep: $crate::rank_local::reclaim::Sweep::NEW,
-                tracks: $crate::rank_local::raw::Tracks::NEW,
-            }),
+            writer: $crate::primitive::Mutex::new($crate::rank_local::raw::Guarded::new(
+                $crate::rank_local::Writer {
+                    claims: Vec::new(),
+                    claim_waiters: 0,
+                    sweep: $crate::rank_local::reclaim::Sweep::NEW,
+                },
+            )),
             claim_ended: $crate::primitive::Condvar::new(),
             #[cfg(all(debug_assertions, not(loom)))]
             kept_warned: $crate::primitive::AtomicBool::new(false),

@@ -4,7 +4,7 @@
 //!
 //! # The sweep
 //! A scoped first touch asks for its rank's exit ([`identity::watch_exit`]): when the rank exits,
-//! its id lands in this `RankLocal`'s [`Inbox`]. A sweep runs under the writer lock when the
+//! its id lands in this `RankLocal`'s [`Inbox`](crate::identity::Inbox). A sweep runs under the writer lock when the
 //! inbox holds enough exits (max(16, len/2): a first touch's amortized sweep) or at once
 //! (`reclaim_exited`). It takes the inbox, moves each of those ranks' SCOPED instances to
 //! RECLAIMING, unpublishes all of them in **one** write (one new version: each trie node on
@@ -22,18 +22,15 @@
 
 #![deny(unsafe_code)]
 
-use super::raw::{close_gate, drop_payload, is_dropping, Batch, Locked, Payload};
-use super::{RankLocal, Writer};
+use super::raw::{drop_payload, is_dropping, Locked, Payload, Removed};
+use super::RankLocal;
 use crate::backend::Backend;
 use crate::collector;
 use crate::identity;
-use crate::primitive::{lock, mutex_mut};
 
 /// The sweeper's bookkeeping of when to sweep and what is being freed (part of what the writer
 /// lock guards); the inbox and the queue of retired batches are `raw`'s (`Tracks`).
 pub(super) struct Sweep {
-    /// The queue length at which taking the ready batches scans them all, not just the front.
-    scan_at: usize,
     /// Batches taken out to be freed and not freed yet: (serial, the freeing thread's own rank).
     freeing: Vec<(u64, u64)>,
     /// The first panic of a `T::drop` in a sweep's free, not re-raised yet.
@@ -44,7 +41,6 @@ pub(super) struct Sweep {
 
 impl Sweep {
     pub(super) const NEW: Sweep = Sweep {
-        scan_at: 8,
         freeing: Vec::new(),
         panic: None,
         waited: 0,
@@ -69,19 +65,26 @@ impl Sweep {
 
 /// Takes out the batches whose grace period passed, listed as being freed by this thread (`me`)
 /// until [`RankLocal::free_ready`] has freed them.
-fn take_ready(w: &mut Writer, me: u64) -> Vec<Batch> {
-    let ready = w.tracks.take_ready(&mut w.sweep.scan_at);
-    w.sweep
-        .freeing
-        .extend(ready.iter().map(|b| (b.serial(), me)));
-    ready
+fn take_ready<T: Send, B: Backend>(w: &mut Locked<'_, T, B>, me: u64, help: bool) -> Ready<T> {
+    let (serials, removed) = w.take_ready();
+    w.sweep.freeing.extend(serials.iter().map(|&s| (s, me)));
+    Ready {
+        serials,
+        removed: Some(removed),
+        help,
+    }
 }
 
 /// `true` while a batch with a serial below `upto` is retired, or being freed by a thread other
 /// than `me` — unless `in_drop` (`reclaim_exited_blocking`'s wait, see there).
-fn holds_before(w: &Writer, upto: u64, me: u64, in_drop: bool) -> bool {
+fn holds_before<T: Send, B: Backend>(
+    w: &Locked<'_, T, B>,
+    upto: u64,
+    me: u64,
+    in_drop: bool,
+) -> bool {
     // the queue is in ascending serial order: its front is the oldest
-    w.tracks.oldest_serial().is_some_and(|s| s < upto)
+    w.oldest_serial().is_some_and(|s| s < upto)
         || (!in_drop && w.sweep.freeing.iter().any(|&(s, t)| s < upto && t != me))
 }
 
@@ -97,15 +100,19 @@ pub(super) enum SweepWhen {
 /// Batches taken out of the bookkeeping to be freed outside the writer lock
 /// ([`RankLocal::free_ready`]).
 #[must_use = "taken batches are freed by `free_ready`"]
-pub(super) struct Ready {
-    batches: Vec<Batch>,
+pub(super) struct Ready<T> {
+    /// Their serials, listed in `freeing` until freed.
+    serials: Vec<u64>,
+    /// Their instances.
+    removed: Option<Removed<T>>,
     /// Help the grace period along after freeing ([`Sweep::help_due`]).
     help: bool,
 }
 
-impl Ready {
-    pub(super) const NONE: Ready = Ready {
-        batches: Vec::new(),
+impl<T> Ready<T> {
+    pub(super) const NONE: Ready<T> = Ready {
+        serials: Vec::new(),
+        removed: None,
         help: false,
     };
 }
@@ -115,12 +122,6 @@ impl Ready {
 const HELP_EVERY: u32 = 8;
 
 impl<T: Send, B: Backend> RankLocal<T, B> {
-    /// Asks for `rank`'s exit, whose scoped instance the writer holding `w` just published
-    /// (I36).
-    pub(super) fn watch_exit(w: &mut Writer, rank: u64) {
-        w.tracks.watch_exit(rank);
-    }
-
     /// [`sweep`](Self::sweep) without taking the ready batches out, for a caller that stays
     /// pinned after it unlocks: they stay in the queue, where any other sweep or a blocking call
     /// can take them, and the caller takes what is left once it unpinned
@@ -132,7 +133,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// (found in review: a blocking call waited for a delegate's `with` to return).
     pub(super) fn sweep_leaving_ready(w: &mut Locked<'_, T, B>) -> bool {
         Self::unpublish_exited(w, SweepWhen::Due);
-        !w.tracks.no_batches()
+        !w.no_batches()
     }
 
     /// What a scoped first touch frees once it has unpinned: the ready batches its sweep left in
@@ -153,7 +154,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// retires them as one batch behind an epoch grace period. Returns how many it retired and
     /// the batches now ready to free, which the caller frees with
     /// [`free_ready`](Self::free_ready) after dropping the lock.
-    pub(super) fn sweep(w: &mut Locked<'_, T, B>, when: SweepWhen) -> (usize, Ready) {
+    pub(super) fn sweep(w: &mut Locked<'_, T, B>, when: SweepWhen) -> (usize, Ready<T>) {
         let n = Self::unpublish_exited(w, when);
         (n, Self::take(w, when))
     }
@@ -163,8 +164,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     fn unpublish_exited(w: &mut Locked<'_, T, B>, when: SweepWhen) -> usize {
         // `reclaim_exited` also unpublishes the tombstones exit work left (I39), whose exits a
         // sweep may have taken already (while an iterator held them back)
-        let tombs = when == SweepWhen::Now && w.tracks.has_tombs();
-        let pending = w.tracks.pending();
+        let tombs = when == SweepWhen::Now && w.has_tombs();
+        let pending = w.pending();
         let due = tombs
             || pending > 0
                 && (when == SweepWhen::Now
@@ -185,35 +186,38 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// `Drop` may wait for a grace period, which would wait for that pin, and a `Drop` may call
     /// `reclaim_exited_blocking`, which refuses to run inside a read. The ready batches stay
     /// queued for the next sweep or reclamation call made outside every read.
-    fn take(w: &mut Writer, when: SweepWhen) -> Ready {
-        if w.tracks.no_batches() || collector::is_pinned() {
+    fn take(w: &mut Locked<'_, T, B>, when: SweepWhen) -> Ready<T> {
+        if w.no_batches() || collector::is_pinned() {
             return Ready::NONE;
         }
-        let ready = take_ready(w, identity::own_raw());
-        let help = when == SweepWhen::Due && !w.tracks.no_batches() && w.sweep.help_due();
-        Ready {
-            batches: ready,
-            help,
-        }
+        let mut ready = take_ready(w, identity::own_raw(), false);
+        ready.help = when == SweepWhen::Due && !w.no_batches() && w.sweep.help_due();
+        ready
     }
 
     /// Frees batches [`sweep`](Self::sweep) took out, outside the writer lock; a `T::drop` panic
     /// is kept for the next explicit reclamation call (see the module docs).
-    pub(super) fn free_ready(&self, ready: Ready) {
-        let Ready { batches, help } = ready;
+    pub(super) fn free_ready(&self, ready: Ready<T>) {
+        let Ready {
+            mut serials,
+            removed,
+            help,
+        } = ready;
         if help {
             crate::counters::bump!(HELPS);
             collector::flush_retirer(); // after this thread let go of its pin, if it had one
         }
-        if batches.is_empty() {
+        let Some(removed) = removed else {
+            return;
+        };
+        if serials.is_empty() {
             return;
         }
-        let mut serials: Vec<u64> = batches.iter().map(Batch::serial).collect();
         serials.sort_unstable();
-        let panic = self.ready_batches(batches).drop_all();
+        let panic = removed.drop_all();
         // `drop_all` never unwinds, so the entries always leave `freeing`: one pass, O(freeing ·
         // log batches), whatever how many batches this frees.
-        let mut w = lock(&self.writer);
+        let mut w = Locked::new(self);
         let me = identity::own_raw();
         w.sweep
             .freeing
@@ -228,7 +232,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 
     /// Re-raises a `T::drop` panic a first touch's sweep kept, if any.
     fn resume_kept_panic(&self) {
-        let panic = lock(&self.writer).sweep.panic.take();
+        let panic = Locked::new(self).sweep.panic.take();
         if let Some(p) = panic {
             std::panic::resume_unwind(p);
         }
@@ -279,7 +283,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // Help the grace period along (each flush may advance the epoch once); whatever is not
         // ready yet goes with a later sweep.
         for _ in 0..3 {
-            if lock(&self.writer).tracks.no_batches() || collector::is_pinned() {
+            if Locked::new(self).no_batches() || collector::is_pinned() {
                 break; // nothing waits, or inside a read: nothing could be freed here
             }
             collector::flush();
@@ -347,7 +351,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let (n, upto) = {
             let mut w = Locked::new(self);
             let (n, ready) = Self::sweep(&mut w, SweepWhen::Now);
-            let upto = w.tracks.next_serial();
+            let upto = w.next_serial();
             drop(w);
             self.free_ready(ready);
             (n, upto)
@@ -360,18 +364,11 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let mut spins = 0u32;
         loop {
             let (ready, waiting) = {
-                let mut w = lock(&self.writer);
-                let ready = take_ready(&mut w, me);
-                let waiting = holds_before(&w, upto, me, in_drop);
-                (
-                    Ready {
-                        batches: ready,
-                        help: false,
-                    },
-                    waiting,
-                )
+                let mut w = Locked::new(self);
+                let ready = take_ready(&mut w, me, false);
+                (ready, holds_before(&w, upto, me, in_drop))
             };
-            if !ready.batches.is_empty() {
+            if !ready.serials.is_empty() {
                 spins = 0; // progress: the collector is moving, keep up with it
             }
             self.free_ready(ready);
@@ -445,7 +442,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let n = removed.len();
         // Retired batches go too: `&mut self` excludes every reader (I6, I32).
         removed.extend(self.take_batches_mut());
-        let kept = mutex_mut(&mut self.writer).sweep.panic.take();
+        let kept = self.writer_mut().sweep.panic.take();
         let panic = removed.drop_all();
         if let Some(p) = first_of(kept, panic) {
             std::panic::resume_unwind(p);
@@ -482,11 +479,11 @@ fn backoff(spins: &mut u32) {
 impl<T, B: Backend> Drop for RankLocal<T, B> {
     fn drop(&mut self) {
         // First: no exit work starts any more, and the values it moved out are dropped (I39).
-        close_gate(mutex_mut(&mut self.writer));
+        self.close_gate();
         let mut removed = self.remove_where_mut(&mut |_| false);
-        mutex_mut(&mut self.writer).tracks.close_inbox();
+        self.close_inbox();
         removed.extend(self.take_batches_mut());
-        let kept = mutex_mut(&mut self.writer).sweep.panic.take();
+        let kept = self.writer_mut().sweep.panic.take();
         // The uid dies with `self` and is never reused, so cached copies are dead (I4).
         let panic = removed.drop_all();
         if let Some(p) = first_of(kept, panic) {

@@ -419,7 +419,7 @@ fn first_touches_notify_only_when_a_thread_waits() {
                     // `init` runs with no lock held: another thread asks for the same rank and
                     // waits for this claim to end
                     let waiter = s.spawn(|| on_behalf_of(id, || *rl.get_or(|| 2)));
-                    while crate::primitive::lock(&rl.writer).claim_waiters == 0 {
+                    while super::raw::Locked::new(&rl).claim_waiters == 0 {
                         std::thread::yield_now();
                     }
                     drop(waiter); // joined by the scope

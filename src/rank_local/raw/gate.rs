@@ -21,14 +21,14 @@ use core::panic::AssertUnwindSafe;
 use std::collections::BTreeMap;
 
 use super::instance::{drop_payload, InstancePtr, DROPPED};
-use super::{Inst, Locked, Taken};
+use super::{Inst, Locked, Taken, Tracks};
 use crate::backend::Backend;
 use crate::erased::Erased;
 use crate::identity;
 use crate::primitive::{
     lock, mutex_mut, tls, wait, Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering,
 };
-use crate::rank_local::{RankLocal, Writer};
+use crate::rank_local::RankLocal;
 
 /// What a `RankLocal` shares with the exit hooks of the threads that have an OWNED instance in
 /// it (I39). It holds no pointer to the `RankLocal` (which may move), only instance pointers,
@@ -52,7 +52,7 @@ pub(crate) struct GateInner {
     /// by exit work, and every path that frees an instance without the inbox (`&mut`, drop)
     /// takes the entries out first (I39).
     pub(super) owned: BTreeMap<u64, Erased>,
-    /// Ranks whose instance the exit work made a tombstone, for `iter` and the sweep to unpublish.
+    /// Ranks whose instance the exit work made a tombstone, for a sweep to unpublish.
     tombs: Vec<u64>,
     /// Values moved out by exit work and not dropped yet.
     in_flight: usize,
@@ -169,7 +169,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// its snapshot, so the list waits for a later sweep (O(1) now; the list is walked once, when
     /// no iterator lives).
     pub(super) fn take_tombstones(&mut self, taken: &mut Taken) {
-        let Some(gate) = self.tracks.gate.clone() else {
+        let Some(gate) = self.w.tracks.gate.clone() else {
             return;
         };
         let mut s = lock(&gate.inner);
@@ -194,8 +194,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// gate, so that no exit work touches one again (OWNED ones become SCOPED: a sweep drops
     /// them after their rank exits), and, if `unpublish_tombs`, frees the tombstones (I39).
     pub(in crate::rank_local) fn settle_owned(&mut self, unpublish_tombs: bool) {
-        let w = mutex_mut(&mut self.writer);
-        let Some(gate) = w.tracks.gate.clone() else {
+        let Some(gate) = mutex_mut(&mut self.writer).tracks.gate.clone() else {
             return;
         };
         let mut s = lock(&gate.inner);
@@ -226,24 +225,39 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     }
 }
 
-/// For the `RankLocal`'s drop: closes the gate (exit work then does nothing) and waits for
-/// the values exit work moved out to be dropped, since their `T` may borrow what dies with
-/// the `RankLocal` — unless this thread is inside such a drop of this gate (I39).
-pub(in crate::rank_local) fn close_gate(w: &mut Writer) {
-    let Some(gate) = &w.tracks.gate else {
+/// For `&mut` removals: takes the removed instances' entries out of the gate, under its lock, so no
+/// exit work touches what is removed (an exit work that came first left a tombstone, which frees
+/// no value, I39).
+pub(super) fn forget_owned<T>(tracks: &Tracks<T>, removed: &[(u64, Erased)]) {
+    let Some(gate) = &tracks.gate else {
         return;
     };
-    // Relaxed: a pruning hint (`Gate::is_open`).
-    gate.closed.store(true, Ordering::Relaxed);
-    let mine = EXIT_DROPPING
-        .try_with(|d| d.get() == Arc::as_ptr(gate) as usize)
-        .unwrap_or(false);
     let mut s = lock(&gate.inner);
-    s.alive = false;
-    s.owned.clear();
-    while s.in_flight > usize::from(mine) {
-        s.waiters += 1;
-        s = wait(&gate.idle, s);
-        s.waiters -= 1;
+    for (rank, _) in removed {
+        s.owned.remove(rank);
+    }
+}
+
+impl<T, B: Backend> RankLocal<T, B> {
+    /// For the `RankLocal`'s drop: closes the gate (exit work then does nothing) and waits for
+    /// the values exit work moved out to be dropped, since their `T` may borrow what dies with
+    /// the `RankLocal` — unless this thread is inside such a drop of this gate (I39).
+    pub(in crate::rank_local) fn close_gate(&mut self) {
+        let Some(gate) = &mutex_mut(&mut self.writer).tracks.gate else {
+            return;
+        };
+        // Relaxed: a pruning hint (`Gate::is_open`).
+        gate.closed.store(true, Ordering::Relaxed);
+        let mine = EXIT_DROPPING
+            .try_with(|d| d.get() == Arc::as_ptr(gate) as usize)
+            .unwrap_or(false);
+        let mut s = lock(&gate.inner);
+        s.alive = false;
+        s.owned.clear();
+        while s.in_flight > usize::from(mine) {
+            s.waiters += 1;
+            s = wait(&gate.idle, s);
+            s.waiters -= 1;
+        }
     }
 }

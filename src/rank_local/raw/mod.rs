@@ -38,7 +38,6 @@ use crate::erased::Erased;
 use crate::identity::{self, Inbox};
 use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, MutexGuard, Ordering};
 
-pub(super) use self::gate::close_gate;
 pub(crate) use self::gate::{run_exit_work, Gate};
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
 use self::instance::{InstancePtr, Meta, ESCAPED, OWNED, SCOPED};
@@ -55,7 +54,7 @@ unsafe impl<T: Send, B: Backend> Sync for RankLocal<T, B> {}
 
 /// What a `RankLocal` holds that the protections here rely on, private to this module: the map
 /// (I1, I5, I16), the thread-cache key (I4), the count of live walks (I39).
-pub(super) struct Core<B: Backend> {
+pub(super) struct Core<T, B: Backend> {
     /// rank → instance (I1, I5).
     map: B::Map,
     /// The thread-cache key (I4); [`cache::NO_UID`] until first used, replaced when an instance
@@ -65,9 +64,11 @@ pub(super) struct Core<B: Backend> {
     /// its snapshot, and no sweep frees it. Incremented under the writer lock by
     /// [`Locked::walk`], decremented by the walk's drop.
     iterators: AtomicUsize,
+    /// Typed for its `RankLocal`'s `T`: a core cannot be moved to a `RankLocal` of another `T`.
+    _t: PhantomData<fn(T) -> T>,
 }
 
-impl<B: Backend> Core<B> {
+impl<T, B: Backend> Core<T, B> {
     /// A `RankLocal`'s empty core; `const` except under loom, whose primitives are not.
     #[cfg(not(loom))]
     pub(super) const fn new(map: B::Map) -> Self {
@@ -75,6 +76,7 @@ impl<B: Backend> Core<B> {
             map,
             uid: cache::AtomicUid::new(cache::NO_UID),
             iterators: AtomicUsize::new(0),
+            _t: PhantomData,
         }
     }
 
@@ -85,6 +87,7 @@ impl<B: Backend> Core<B> {
             map,
             uid: cache::AtomicUid::new(cache::NO_UID),
             iterators: AtomicUsize::new(0),
+            _t: PhantomData,
         }
     }
 
@@ -99,9 +102,26 @@ impl<B: Backend> Core<B> {
     }
 }
 
+/// What the writer lock guards: the facade's [`Writer`] (claims, the sweep's timing), which a
+/// [`Locked`] derefs to, and this module's [`Tracks`], which only its methods reach.
+pub(super) struct Guarded<T> {
+    w: Writer,
+    tracks: Tracks<T>,
+}
+
+impl<T> Guarded<T> {
+    /// What an empty `RankLocal`'s writer lock guards.
+    pub(super) const fn new(w: Writer) -> Self {
+        Guarded {
+            w,
+            tracks: Tracks::NEW,
+        }
+    }
+}
+
 /// What the writer lock guards that the protections here rely on, private to this module: the walk
 /// count, the gate, and the sweep's inbox of exited ranks and queue of retired batches.
-pub(super) struct Tracks {
+struct Tracks<T> {
     /// How many times `iter` took a snapshot (I31): an instance published at a lower count may
     /// be in an iterator's snapshot, and counts as escaped. Each instance records the count it
     /// was published at, so `iter` marks nothing: O(1) under the lock.
@@ -116,60 +136,65 @@ pub(super) struct Tracks {
     batches: VecDeque<Batch>,
     /// The serial of the next batch.
     next_serial: u64,
+    /// The queue length at which taking the ready batches scans them all, not just the front.
+    scan_at: usize,
+    /// Typed for its `RankLocal`'s `T`: its batches are that `T`'s instances.
+    _t: PhantomData<fn(T) -> T>,
 }
 
-impl Tracks {
-    pub(super) const NEW: Tracks = Tracks {
+impl<T> Tracks<T> {
+    const NEW: Tracks<T> = Tracks {
         walks: 0,
         gate: None,
         inbox: None,
         batches: VecDeque::new(),
         next_serial: 0,
+        scan_at: 8,
+        _t: PhantomData,
     };
 
     /// Asks for `rank`'s exit, whose instance the writer just published (I36).
-    pub(super) fn watch_exit(&mut self, rank: u64) {
+    fn watch_exit(&mut self, rank: u64) {
         let inbox = self.inbox.get_or_insert_with(Inbox::new);
         identity::watch_exit(rank, inbox);
     }
 
     /// Exits delivered and not swept yet.
-    pub(super) fn pending(&self) -> usize {
+    fn pending(&self) -> usize {
         self.inbox.as_ref().map_or(0, |i| i.len())
     }
 
     /// For the `RankLocal`'s drop: no more deliveries; the live ranks' registrations get pruned.
-    pub(super) fn close_inbox(&self) {
+    fn close_inbox(&self) {
         if let Some(inbox) = &self.inbox {
             inbox.close();
         }
     }
 
     /// `true` while no batch waits for its grace period.
-    pub(super) fn no_batches(&self) -> bool {
+    fn no_batches(&self) -> bool {
         self.batches.is_empty()
     }
 
     /// The serial the next batch will get.
-    pub(super) fn next_serial(&self) -> u64 {
+    fn next_serial(&self) -> u64 {
         self.next_serial
     }
 
     /// The serial of the oldest batch still queued.
-    pub(super) fn oldest_serial(&self) -> Option<u64> {
+    fn oldest_serial(&self) -> Option<u64> {
         self.batches.front().map(Batch::serial)
     }
 
     /// Takes out the batches whose grace period passed (I32), in amortized O(1) per batch: the
     /// collector runs deferred closures roughly in the order they were deferred, so the front
-    /// is checked every time and the rest only once the queue reached `scan_at` (which this
-    /// sets to twice what is left).
-    pub(super) fn take_ready(&mut self, scan_at: &mut usize) -> Vec<Batch> {
+    /// is checked every time and the rest only once the queue has doubled since the last scan.
+    fn take_ready(&mut self) -> Vec<Batch> {
         let mut out = Vec::new();
         while self.batches.front().is_some_and(Batch::is_ready) {
             out.extend(self.batches.pop_front());
         }
-        if self.batches.len() >= *scan_at {
+        if self.batches.len() >= self.scan_at {
             crate::counters::bump!(BATCH_SCANS);
             let (now, later): (VecDeque<Batch>, VecDeque<Batch>) =
                 core::mem::take(&mut self.batches)
@@ -177,18 +202,18 @@ impl Tracks {
                     .partition(Batch::is_ready);
             out.extend(now);
             self.batches = later;
-            *scan_at = (2 * self.batches.len()).max(8);
+            self.scan_at = (2 * self.batches.len()).max(8);
         }
         out
     }
 
     /// The walk count.
-    pub(super) fn walks(&self) -> u64 {
+    fn walks(&self) -> u64 {
         self.walks
     }
 
     /// `true` while tombstones wait for a sweep to unpublish them (I39).
-    pub(super) fn has_tombs(&self) -> bool {
+    fn has_tombs(&self) -> bool {
         self.gate.as_ref().is_some_and(|g| g.has_tombs())
     }
 }
@@ -288,8 +313,7 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
         }
     }
 
-    /// The erased pointer, for the gate and the sweep (never for the thread cache, which the
-    /// methods here fill).
+    /// The erased pointer, for the gate, the sweep and the cache fills made here.
     fn erased(self) -> Erased {
         self.p.erased()
     }
@@ -415,19 +439,19 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
 /// The writer lock, held: what it guards ([`Writer`]) and the writer's view of the map (I16).
 pub(super) struct Locked<'rl, T: Send, B: Backend> {
     rl: &'rl RankLocal<T, B>,
-    w: MutexGuard<'rl, Writer>,
+    w: MutexGuard<'rl, Guarded<T>>,
 }
 
 impl<T: Send, B: Backend> core::ops::Deref for Locked<'_, T, B> {
     type Target = Writer;
     fn deref(&self) -> &Writer {
-        &self.w
+        &self.w.w
     }
 }
 
 impl<T: Send, B: Backend> core::ops::DerefMut for Locked<'_, T, B> {
     fn deref_mut(&mut self) -> &mut Writer {
-        &mut self.w
+        &mut self.w.w
     }
 }
 
@@ -451,6 +475,50 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// The `RankLocal` this lock belongs to.
     pub(super) fn rl(&self) -> &'rl RankLocal<T, B> {
         self.rl
+    }
+
+    /// The walk count (I31).
+    pub(super) fn walks(&self) -> u64 {
+        self.w.tracks.walks()
+    }
+
+    /// `true` while tombstones wait for a sweep to unpublish them (I39).
+    pub(super) fn has_tombs(&self) -> bool {
+        self.w.tracks.has_tombs()
+    }
+
+    /// Asks for `rank`'s exit, whose instance this writer just published (I36).
+    pub(super) fn watch_exit(&mut self, rank: u64) {
+        self.w.tracks.watch_exit(rank);
+    }
+
+    /// Exits delivered and not swept yet.
+    pub(super) fn pending(&self) -> usize {
+        self.w.tracks.pending()
+    }
+
+    /// `true` while no batch waits for its grace period.
+    pub(super) fn no_batches(&self) -> bool {
+        self.w.tracks.no_batches()
+    }
+
+    /// The serial the next batch will get.
+    pub(super) fn next_serial(&self) -> u64 {
+        self.w.tracks.next_serial()
+    }
+
+    /// The serial of the oldest batch still queued.
+    pub(super) fn oldest_serial(&self) -> Option<u64> {
+        self.w.tracks.oldest_serial()
+    }
+
+    /// Takes out the batches whose grace period passed (I32): their serials, and their
+    /// instances to drop after the lock is released.
+    pub(super) fn take_ready(&mut self) -> (Vec<u64>, Removed<T>) {
+        let ready = self.w.tracks.take_ready();
+        let serials = ready.iter().map(Batch::serial).collect();
+        let entries = ready.into_iter().flat_map(|b| b.entries).collect();
+        (serials, self.rl.removed(entries))
     }
 
     /// Waits on `cv` (the lock is released meanwhile).
@@ -492,24 +560,35 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// claim excludes every other first touch of `rank`.
     ///
     /// An OWNED instance (`Access::Own`) is recorded in the gate ([`make_gate`](Self::make_gate)
-    /// first) and the gate in the thread's exit hook, for the thread's exit work (I39); if the
-    /// thread has no hook any more, the instance stays OWNED and is dropped with the map.
+    /// first) and the gate in the thread's exit hook, for the thread's exit work (I39) — only if
+    /// `rank` is the calling thread's own and live, and its exit hook took the gate; otherwise
+    /// it is published SCOPED, and a sweep drops it after the rank exits.
     pub(super) fn publish(&self, rank: u64, value: T, access: Access) -> Inst<'_, 'rl, T, B> {
         let state = match access {
             Access::Escaped => ESCAPED,
             Access::Owner | Access::Scoped => SCOPED,
             Access::Own => OWNED,
         };
+        // OWNED only for the live owner's own rank, if its exit hook takes the gate: only its
+        // exit work may move an OWNED value out (I39). Otherwise SCOPED, swept after the exit.
+        let own = access == Access::Own
+            && LiveOwner::new(self.rl, rank).is_some()
+            && identity::add_exit_gate(
+                self.w
+                    .tracks
+                    .gate
+                    .as_ref()
+                    .expect("ranklocal: `make_gate` before an OWNED publish"),
+            );
+        let state = if access == Access::Own && !own {
+            SCOPED
+        } else {
+            state
+        };
         let i = self.publish_state(rank, value, state);
-        if access == Access::Own {
-            let gate = self
-                .w
-                .tracks
-                .gate
-                .as_ref()
-                .expect("ranklocal: `make_gate` before an OWNED publish");
+        if own {
+            let gate = self.w.tracks.gate.as_ref().expect("made above");
             lock(&gate.inner).owned.insert(rank, i.erased());
-            identity::add_exit_gate(gate);
         }
         i
     }
@@ -638,7 +717,7 @@ impl Taken {
 
 /// Unpublished instances of the `RankLocal` whose sweep queue holds it, freed once `done` is
 /// set: the collector sets it after every thread pinned at the retirement has unpinned (I32).
-pub(super) struct Batch {
+struct Batch {
     /// Sweeps number their batches (`reclaim_exited_blocking` waits for the ones retired
     /// before it returns).
     serial: u64,
@@ -648,7 +727,7 @@ pub(super) struct Batch {
 
 impl Batch {
     /// The batch's number.
-    pub(super) fn serial(&self) -> u64 {
+    fn serial(&self) -> u64 {
         self.serial
     }
 
@@ -793,21 +872,6 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         i.map(|i| i.meta.state())
     }
 
-    /// Batches whose grace period passed (checked here: a batch not ready is a bug), to drop.
-    pub(super) fn ready_batches(&self, batches: Vec<Batch>) -> Removed<T> {
-        let entries = batches
-            .into_iter()
-            .flat_map(|b| {
-                assert!(
-                    b.is_ready(),
-                    "ranklocal: a batch freed before its grace period"
-                );
-                b.entries
-            })
-            .collect();
-        self.removed(entries)
-    }
-
     /// `&mut` access: every `(rank, &mut T)`, from one snapshot; settles owner-only instances and
     /// frees tombstones first, so every value is in place and no exit work touches it (I39).
     pub(super) fn values_mut(&mut self) -> ValuesMut<'_, T, B> {
@@ -827,14 +891,10 @@ impl<T, B: Backend> RankLocal<T, B> {
     /// removed (an exit work that came first left a tombstone, which frees no value, I39).
     pub(super) fn remove_where_mut(&mut self, keep: &mut dyn FnMut(u64) -> bool) -> Removed<T> {
         let entries = B::retain(&mut self.core.map, keep);
-        if let Some(gate) = &crate::primitive::mutex_mut(&mut self.writer).tracks.gate {
-            let mut s = lock(&gate.inner);
-            if !s.owned.is_empty() {
-                for (rank, _) in &entries {
-                    s.owned.remove(rank);
-                }
-            }
-        }
+        gate::forget_owned(
+            &crate::primitive::mutex_mut(&mut self.writer).tracks,
+            &entries,
+        );
         if !entries.is_empty() {
             // Relaxed: `&mut self`, ordered by whatever handed it to us. A fresh uid is drawn on
             // next use, so no thread cache can hit a removed instance (I4).
@@ -851,6 +911,19 @@ impl<T, B: Backend> RankLocal<T, B> {
             .flat_map(|b| b.entries)
             .collect();
         self.removed(entries)
+    }
+
+    /// `&mut` access to what the writer lock guards for the facade.
+    pub(super) fn writer_mut(&mut self) -> &mut Writer {
+        &mut crate::primitive::mutex_mut(&mut self.writer).w
+    }
+
+    /// For the `RankLocal`'s drop: no more exit deliveries to its inbox; the live ranks'
+    /// registrations get pruned.
+    pub(super) fn close_inbox(&mut self) {
+        crate::primitive::mutex_mut(&mut self.writer)
+            .tracks
+            .close_inbox();
     }
 
     fn removed(&self, entries: Vec<(u64, Erased)>) -> Removed<T> {
