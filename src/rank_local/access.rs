@@ -7,7 +7,7 @@
 
 use core::convert::Infallible;
 
-use super::raw::{Escaped, Inst, Locked, OwnerTag};
+use super::raw::{EscapeFn, Escaped, Locked, OwnerTag};
 use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::collector;
@@ -165,7 +165,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 
     #[cold]
     #[track_caller]
-    fn get_or_try_slow<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E> {
+    fn get_or_try_slow<E>(&self, rank: u64, init: impl FnOnce() -> Result<T, E>) -> Result<&T, E>
+    where
+        T: Sync,
+    {
         // 0: the thread had no id, so `current_raw` assigns one now that nobody else has seen:
         // no map can hold it, and the lookup (a pin on `Epoch`) is skipped.
         let rank = if rank == 0 {
@@ -177,16 +180,19 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             if own {
                 counters::bump!(MAP_LOOKUPS);
             }
-            let found = match own.then(|| self.lookup_escaped_unpinned(rank)).flatten() {
+            let found = match own
+                .then(|| self.lookup_escaped_unpinned(rank, |i| i.escaped()))
+                .flatten()
+            {
                 Some(found) => found,
-                None => self.lookup_slow(rank),
+                None => self.lookup_slow(rank, |i| i.escaped()),
             };
             if let Some(v) = found {
                 return Ok(v);
             }
             rank
         };
-        self.first_touch_escaped(rank, init) // no pin: the sweep's frees are done
+        self.first_touch_escaped(rank, init, |i| i.escaped()) // no pin: the sweep's frees are done
     }
 
     /// The current rank's instance if it exists; never creates one.
@@ -237,7 +243,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         T: SyncValue,
     {
         let rank = rank.as_u64();
-        self.cached(rank).or_else(|| self.lookup_slow(rank))
+        self.cached(rank)
+            .or_else(|| self.lookup_slow(rank, |i| i.escaped()))
     }
 
     /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
@@ -251,30 +258,30 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// did before). A registered thread (or one that keeps missing), and any thread while
     /// another holds the lock, looks up under a pin, lock-free. Never waits for the lock.
     #[cold]
-    pub(super) fn lookup_slow(&self, rank: u64) -> Option<&T> {
+    pub(super) fn lookup_slow(&self, rank: u64, escape: EscapeFn<T, B>) -> Option<&T> {
         counters::bump!(MAP_LOOKUPS);
         if B::LOOKUP_PINS && !collector::prefers_pin() {
-            if let Some(found) = self.lookup_escaped_unpinned(rank) {
+            if let Some(found) = self.lookup_escaped_unpinned(rank, escape) {
                 return found;
             }
         }
         // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
         // Baseline), which keeps the instance alive from the map load to the escape (I33).
-        self.lookup_escaped(rank)
+        self.lookup_escaped(rank, escape)
     }
 
     /// [`lookup_slow`](Self::lookup_slow) under a free writer lock: `None` if another thread
     /// holds it. Out of line, so that the pinned lookup's code stays as it was.
     #[cold]
     #[inline(never)]
-    fn lookup_escaped_unpinned(&self, rank: u64) -> Option<Option<&T>> {
+    fn lookup_escaped_unpinned(&self, rank: u64, escape: EscapeFn<T, B>) -> Option<Option<&T>> {
         // Under the writer lock the map cannot change and its version's nodes stay alive (I16,
         // I17), so no pin is needed for the lookup. The escape is a CAS: an owner-only
         // instance's exit work may move it on meanwhile, under its gate lock, not this one (I39);
         // a tombstone counts as absent.
         let w = Locked::try_new(self)?;
         counters::bump!(UNPINNED_LOOKUPS);
-        let found = w.get(rank).and_then(Inst::escaped);
+        let found = w.get(rank).and_then(escape);
         drop(w); // the cache is filled outside the lock
         Some(found.map(Escaped::cached))
     }

@@ -14,7 +14,7 @@
 
 use core::cell::OnceCell;
 
-use super::raw::{self, Inst, Locked, Pinned};
+use super::raw::{self, EscapeFn, Inst, Locked, Pinned, ScopeFn};
 use super::reclaim::{Ready, SweepWhen};
 use super::RankLocal;
 use crate::backend::Backend;
@@ -90,8 +90,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         &self,
         rank: u64,
         init: impl FnOnce() -> Result<T, E>,
+        escape: EscapeFn<T, B>,
     ) -> Result<&T, E> {
-        let (v, _) = self.first_touch(rank, init, Access::Escaped, |_, i| i.escaped())?;
+        let (v, _) = self.first_touch(rank, init, Access::Escaped, |_, i| escape(i))?;
         Ok(v.cached()) // outside the writer lock
     }
 
@@ -110,7 +111,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             // Moved on from OWNED as `access` needs; a tombstone serves nothing (I39).
             match access {
                 Access::Own => i.own().map(|_| i),
-                _ => i.scope().map(|_| i),
+                _ => i.scope_own().map(|_| i),
             }
         })?;
         Ok(i)
@@ -126,6 +127,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         rank: u64,
         init: impl FnOnce() -> Result<T, E>,
         f: impl FnOnce(&T) -> R,
+        scope: ScopeFn<T, B>,
     ) -> Result<R, E> {
         // Declared before the pin, so that it drops after it also if `f` unwinds.
         let mut frees = FreeAfterUnpin {
@@ -136,9 +138,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let (v, waiting) = self.first_touch(rank, init, Access::Scoped, |w, i| {
             // Pinned only for an instance that serves: a tombstone is refilled after an `init`
             // that runs unpinned.
-            i.scope()?;
-            w.protect(rank, pin.get_or_init(|| Pinned::new(self)))?
-                .scope()
+            scope(i)?;
+            scope(w.protect(rank, pin.get_or_init(|| Pinned::new(self)))?)
         })?;
         frees.waiting = waiting;
         let r = f(v);

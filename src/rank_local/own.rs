@@ -105,11 +105,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[inline]
     #[track_caller]
     pub fn get_own_or(&self, init: impl FnOnce() -> T) -> &T {
-        let rank = identity::own_raw_or_zero();
-        if let Some(v) = self.cached(rank) {
+        if let Some(v) = self.cached_own() {
             return v;
         }
-        self.get_own_slow(rank, init)
+        self.get_own_slow(identity::own_raw_or_zero(), init)
     }
 
     #[cold]
@@ -118,14 +117,14 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let rank = if rank == 0 {
             identity::own_raw()
         } else {
-            if let Some(v) = self.lookup_slow(rank) {
+            if let Some(v) = self.lookup_slow(rank, |i| i.escaped_own()) {
                 return v;
             }
             rank
         };
         let init = || Ok::<T, Infallible>(as_own(rank, init));
         // escaped, and cached under the thread's own rank
-        let Ok(v) = self.first_touch_escaped(rank, init);
+        let Ok(v) = self.first_touch_escaped(rank, init, |i| i.escaped_own());
         v
     }
 
@@ -147,7 +146,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         if rank == 0 {
             return None; // no id yet: no map holds an instance of it
         }
-        self.cached(rank).or_else(|| self.lookup_slow(rank))
+        self.cached_own()
+            .or_else(|| self.lookup_slow(rank, |i| i.escaped_own()))
     }
 
     /// This OS thread's own instance, created with `T::default()` on first use, lent to `f`:
@@ -290,7 +290,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             return Some(f(v));
         }
         drop(pin);
-        let Ok(r) = self.first_touch_scoped(rank, init?, f);
+        let Ok(r) = self.first_touch_scoped(rank, init?, f, |i| i.scope_own());
         Some(r)
     }
 }

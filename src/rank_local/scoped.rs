@@ -52,7 +52,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// A non-owner's scoped read: lends `rank`'s instance to `f` under a pin held until `f`
     /// returns ([`Pinned::lookup`]); gives `f` back if there is none.
     #[inline]
-    fn with_pinned<R, F: FnOnce(&T) -> R>(&self, rank: u64, f: F) -> Result<R, F> {
+    fn with_pinned<R, F: FnOnce(&T) -> R>(&self, rank: u64, f: F) -> Result<R, F>
+    where
+        T: Sync,
+    {
         let pin = Pinned::for_lookup(self);
         match pin.lookup(rank) {
             Some(v) => Ok(f(v)),
@@ -84,7 +87,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// lookup is skipped).
     #[cold]
     #[track_caller]
-    pub(super) fn with_slow<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+    pub(super) fn with_slow<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: Sync,
+    {
         let fresh = identity::current_raw_or_zero() == 0;
         let rank = identity::current_raw();
         let init = || Ok::<T, Infallible>(init());
@@ -107,7 +113,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         match self.with_pinned(rank, f) {
             Ok(r) => r,
             Err(f) => {
-                let Ok(r) = self.first_touch_scoped(rank, init, f);
+                let Ok(r) = self.first_touch_scoped(rank, init, f, |i| i.scope());
                 r
             }
         }
@@ -116,7 +122,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// `with_for` after the owner entry missed, as [`with_slow`](Self::with_slow) but never
     /// creating an instance.
     #[cold]
-    pub(super) fn with_for_slow<R>(&self, rank: u64, f: impl FnOnce(&T) -> R) -> Option<R> {
+    pub(super) fn with_for_slow<R>(&self, rank: u64, f: impl FnOnce(&T) -> R) -> Option<R>
+    where
+        T: Sync,
+    {
         if let Some(owner) = LiveOwner::new(self, rank) {
             // No pin: under the writer lock if free, else a plain lookup (the live owner's
             // instance needs no pin once found, I35; the lookup protects itself, as `Epoch`'s
@@ -141,7 +150,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // The live owner's: neither reclaimed (I35) nor a tombstone (only its own exit work makes
         // one, I39).
         let v = i
-            .scope()
+            .scope_own()
             .expect("ranklocal: the live owner's instance is in use");
         owner.cache(i, OwnerTag::Owner);
         f(v)

@@ -218,6 +218,14 @@ impl<T> Tracks<T> {
     }
 }
 
+/// How a lookup escapes what it found: [`Inst::escaped`] (`T: Sync`: any rank) or
+/// [`Inst::escaped_own`] (the calling thread's own rank).
+pub(super) type EscapeFn<T, B> = for<'g, 'a> fn(Inst<'g, 'a, T, B>) -> Option<Escaped<'a, T, B>>;
+
+/// How a scoped first touch lends what it found: [`Inst::scope`] (`T: Sync`: any rank) or
+/// [`Inst::scope_own`] (the calling thread's own rank).
+pub(super) type ScopeFn<T, B> = for<'g, 'a> fn(Inst<'g, 'a, T, B>) -> Option<&'g T>;
+
 /// One instance of the map of `rl`, alive for `'g` (the borrow of the protection it came from),
 /// in a `RankLocal` borrowed for `'rl`. Only this module makes one. Not `Send`: a protection is
 /// this thread's.
@@ -265,8 +273,27 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
 
     /// Marks the instance ESCAPED (I31): from here on it is kept while the `RankLocal` is
     /// borrowed, whatever protection found it; `None` if it is being reclaimed or a tombstone.
+    /// Any rank's value may reach this thread so: `T: Sync` (I7).
     #[inline]
-    pub(super) fn escaped(self) -> Option<Escaped<'rl, T, B>> {
+    pub(super) fn escaped(self) -> Option<Escaped<'rl, T, B>>
+    where
+        T: Sync,
+    {
+        self.escape_any()
+    }
+
+    /// [`escaped`](Self::escaped) for the calling thread's own rank, which needs no `T: Sync`
+    /// (I7, I39); `None` for any other rank's instance.
+    #[inline]
+    pub(super) fn escaped_own(self) -> Option<Escaped<'rl, T, B>> {
+        if self.rank != identity::own_raw() {
+            return None;
+        }
+        self.escape_any()
+    }
+
+    #[inline]
+    fn escape_any(self) -> Option<Escaped<'rl, T, B>> {
         self.meta.escape().then_some(Escaped {
             p: self.p,
             rank: self.rank,
@@ -275,9 +302,28 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
     }
 
     /// Makes the instance usable by a scoped reader (OWNED moves on to SCOPED) and lends its
-    /// value for `'g`; `None` if it is being reclaimed or a tombstone (I30, I39).
+    /// value for `'g`; `None` if it is being reclaimed or a tombstone (I30, I39). Any rank's
+    /// value may reach this thread so: `T: Sync` (I7).
     #[inline]
-    pub(super) fn scope(self) -> Option<&'g T> {
+    pub(super) fn scope(self) -> Option<&'g T>
+    where
+        T: Sync,
+    {
+        self.scope_any()
+    }
+
+    /// [`scope`](Self::scope) for the calling thread's own rank, which needs no `T: Sync` (I7,
+    /// I39); `None` for any other rank's instance.
+    #[inline]
+    pub(super) fn scope_own(self) -> Option<&'g T> {
+        if self.rank != identity::own_raw() {
+            return None;
+        }
+        self.scope_any()
+    }
+
+    #[inline]
+    fn scope_any(self) -> Option<&'g T> {
         if !self.meta.scope() {
             return None;
         }
@@ -403,7 +449,10 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
     /// on to SCOPED (I39); a hit in the map is remembered as the pinned entry. The value is lent
     /// for as long as the pin is borrowed.
     #[inline]
-    pub(super) fn lookup(&self, rank: u64) -> Option<&T> {
+    pub(super) fn lookup(&self, rank: u64) -> Option<&T>
+    where
+        T: Sync,
+    {
         // No cache without the uid loaded after the pin (a `Pinned::new`, for visits).
         let cacheable = self.uid != cache::NO_UID && RankLocal::<T, B>::uses_thread_cache(rank);
         if cacheable {
@@ -630,7 +679,10 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// Counts a walk and hands out its snapshot ([`RankLocal::iter`]): every instance in it was
     /// published at a lower walk count, so no sweep takes it from now on (I31); a tombstone in it
     /// stays published while the walk lives (I39).
-    pub(super) fn walk(mut self) -> Walk<'rl, T, B> {
+    pub(super) fn walk(mut self) -> Walk<'rl, T, B>
+    where
+        T: Sync,
+    {
         self.w.tracks.walks += 1;
         // Relaxed: read by sweeps under the writer lock, which orders this increment before them.
         self.rl.core.iterators.fetch_add(1, Ordering::Relaxed);
@@ -809,9 +861,25 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         rl
     }
 
-    /// The thread cache's escaped entry for `rank` (step 1 of a lookup).
+    /// The thread cache's escaped entry for the calling thread's own rank (step 1 of the
+    /// owner-only family's lookups): needs no `T: Sync`, the value is this thread's own (I7).
     #[inline]
-    pub(super) fn cached(&self, rank: u64) -> Option<&T> {
+    pub(super) fn cached_own(&self) -> Option<&T> {
+        let rank = identity::own_raw_or_zero(); // 0 (no id yet) misses
+                                                // Relaxed: as in `cached`.
+        let uid = self.core.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank)?;
+        // SAFETY: as in `cached`; the entry is this thread's own rank's.
+        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
+    }
+
+    /// The thread cache's escaped entry for `rank` (step 1 of a lookup). Any rank's value may
+    /// reach this thread so: `T: Sync` (I7).
+    #[inline]
+    pub(super) fn cached(&self, rank: u64) -> Option<&T>
+    where
+        T: Sync,
+    {
         if !Self::uses_thread_cache(rank) {
             return None;
         }
@@ -855,11 +923,11 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// and `ArcSwap`, the read lock on `Baseline`), which keeps it alive from the map load to
     /// the escape (I33); `None` if absent, being reclaimed or a tombstone.
     #[inline]
-    pub(super) fn lookup_escaped(&self, rank: u64) -> Option<&T> {
+    pub(super) fn lookup_escaped(&self, rank: u64, escape: EscapeFn<T, B>) -> Option<&T> {
         let escaped = B::get_with(&self.core.map, rank, |p| {
             // SAFETY: an instance of this map, protected while this closure runs (I33); the
             // `Inst` does not leave the closure, only what its escape makes.
-            unsafe { Inst::new(self, rank, p) }.escaped()
+            escape(unsafe { Inst::new(self, rank, p) })
         })??;
         Some(escaped.cached())
     }
