@@ -7,7 +7,7 @@
 
 use core::convert::Infallible;
 
-use super::raw::{EscapeFn, Escaped, Locked, OwnerTag};
+use super::raw::{AnyRank, Escaped, Locked, OwnerTag, Reach};
 use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::collector;
@@ -181,18 +181,18 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
                 counters::bump!(MAP_LOOKUPS);
             }
             let found = match own
-                .then(|| self.lookup_escaped_unpinned(rank, |i| i.escaped()))
+                .then(|| self.lookup_escaped_unpinned::<AnyRank>(rank))
                 .flatten()
             {
                 Some(found) => found,
-                None => self.lookup_slow(rank, |i| i.escaped()),
+                None => self.lookup_slow::<AnyRank>(rank),
             };
             if let Some(v) = found {
                 return Ok(v);
             }
             rank
         };
-        self.first_touch_escaped(rank, init, |i| i.escaped()) // no pin: the sweep's frees are done
+        self.first_touch_escaped::<AnyRank, _>(rank, init) // no pin: the sweep's frees are done
     }
 
     /// The current rank's instance if it exists; never creates one.
@@ -244,7 +244,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     {
         let rank = rank.as_u64();
         self.cached(rank)
-            .or_else(|| self.lookup_slow(rank, |i| i.escaped()))
+            .or_else(|| self.lookup_slow::<AnyRank>(rank))
     }
 
     /// Looks `rank` up in the map and fills the thread cache on a hit (step 2).
@@ -258,30 +258,30 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// did before). A registered thread (or one that keeps missing), and any thread while
     /// another holds the lock, looks up under a pin, lock-free. Never waits for the lock.
     #[cold]
-    pub(super) fn lookup_slow(&self, rank: u64, escape: EscapeFn<T, B>) -> Option<&T> {
+    pub(super) fn lookup_slow<R: Reach<T, B>>(&self, rank: u64) -> Option<&T> {
         counters::bump!(MAP_LOOKUPS);
         if B::LOOKUP_PINS && !collector::prefers_pin() {
-            if let Some(found) = self.lookup_escaped_unpinned(rank, escape) {
+            if let Some(found) = self.lookup_escaped_unpinned::<R>(rank) {
                 return found;
             }
         }
         // The escape runs inside the lookup's protection (one pin on Epoch, the read lock on
         // Baseline), which keeps the instance alive from the map load to the escape (I33).
-        self.lookup_escaped(rank, escape)
+        self.lookup_escaped::<R>(rank)
     }
 
     /// [`lookup_slow`](Self::lookup_slow) under a free writer lock: `None` if another thread
     /// holds it. Out of line, so that the pinned lookup's code stays as it was.
     #[cold]
     #[inline(never)]
-    fn lookup_escaped_unpinned(&self, rank: u64, escape: EscapeFn<T, B>) -> Option<Option<&T>> {
+    fn lookup_escaped_unpinned<R: Reach<T, B>>(&self, rank: u64) -> Option<Option<&T>> {
         // Under the writer lock the map cannot change and its version's nodes stay alive (I16,
         // I17), so no pin is needed for the lookup. The escape is a CAS: an owner-only
         // instance's exit work may move it on meanwhile, under its gate lock, not this one (I39);
         // a tombstone counts as absent.
         let w = Locked::try_new(self)?;
         counters::bump!(UNPINNED_LOOKUPS);
-        let found = w.get(rank).and_then(escape);
+        let found = w.get(rank).and_then(R::escaped);
         drop(w); // the cache is filled outside the lock
         Some(found.map(Escaped::cached))
     }

@@ -14,7 +14,7 @@
 
 use core::cell::OnceCell;
 
-use super::raw::{self, EscapeFn, Inst, Locked, Pinned, ScopeFn};
+use super::raw::{self, Inst, Locked, Pinned, Reach};
 use super::reclaim::{Ready, SweepWhen};
 use super::RankLocal;
 use crate::backend::Backend;
@@ -86,13 +86,12 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// First touch of `rank` for a `&T` that escapes (`get` and friends): ESCAPED (I31), and
     /// remembered by the thread cache. Pins nothing.
     #[track_caller]
-    pub(super) fn first_touch_escaped<E>(
+    pub(super) fn first_touch_escaped<R: Reach<T, B>, E>(
         &self,
         rank: u64,
         init: impl FnOnce() -> Result<T, E>,
-        escape: EscapeFn<T, B>,
     ) -> Result<&T, E> {
-        let (v, _) = self.first_touch(rank, init, Access::Escaped, |_, i| escape(i))?;
+        let (v, _) = self.first_touch(rank, init, Access::Escaped, |_, i| R::escaped(i))?;
         Ok(v.cached()) // outside the writer lock
     }
 
@@ -122,12 +121,11 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// before it (I33). Once the pin is released, frees what this first touch's sweep left ready
     /// (a value's `Drop` may wait for a grace period, which must not wait for this pin).
     #[track_caller]
-    pub(super) fn first_touch_scoped<R, E>(
+    pub(super) fn first_touch_scoped<Q: Reach<T, B>, R, E>(
         &self,
         rank: u64,
         init: impl FnOnce() -> Result<T, E>,
         f: impl FnOnce(&T) -> R,
-        scope: ScopeFn<T, B>,
     ) -> Result<R, E> {
         // Declared before the pin, so that it drops after it also if `f` unwinds.
         let mut frees = FreeAfterUnpin {
@@ -138,8 +136,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let (v, waiting) = self.first_touch(rank, init, Access::Scoped, |w, i| {
             // Pinned only for an instance that serves: a tombstone is refilled after an `init`
             // that runs unpinned.
-            scope(i)?;
-            scope(w.protect(rank, pin.get_or_init(|| Pinned::new(self)))?)
+            Q::scope(i)?;
+            Q::scope(w.protect(rank, pin.get_or_init(|| Pinned::new(self)))?)
         })?;
         frees.waiting = waiting;
         let r = f(v);

@@ -16,7 +16,7 @@ use core::convert::Infallible;
 use core::fmt;
 
 use super::init::Access;
-use super::raw::{Inst, LiveOwner, OwnerTag, Pinned};
+use super::raw::{Inst, LiveOwner, OwnRank, OwnerTag, Pinned};
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::identity;
@@ -117,14 +117,14 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let rank = if rank == 0 {
             identity::own_raw()
         } else {
-            if let Some(v) = self.lookup_slow(rank, |i| i.escaped_own()) {
+            if let Some(v) = self.lookup_slow::<OwnRank>(rank) {
                 return v;
             }
             rank
         };
         let init = || Ok::<T, Infallible>(as_own(rank, init));
         // escaped, and cached under the thread's own rank
-        let Ok(v) = self.first_touch_escaped(rank, init, |i| i.escaped_own());
+        let Ok(v) = self.first_touch_escaped::<OwnRank, _>(rank, init);
         v
     }
 
@@ -147,7 +147,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             return None; // no id yet: no map holds an instance of it
         }
         self.cached_own()
-            .or_else(|| self.lookup_slow(rank, |i| i.escaped_own()))
+            .or_else(|| self.lookup_slow::<OwnRank>(rank))
     }
 
     /// This OS thread's own instance, created with `T::default()` on first use, lent to `f`:
@@ -290,7 +290,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             return Some(f(v));
         }
         drop(pin);
-        let Ok(r) = self.first_touch_scoped(rank, init?, f, |i| i.scope_own());
+        let Ok(r) = self.first_touch_scoped::<OwnRank, _, _>(rank, init?, f);
         Some(r)
     }
 }

@@ -12,7 +12,7 @@
 use core::convert::Infallible;
 
 use super::init::Access;
-use super::raw::{Inst, LiveOwner, Locked, OwnerTag, Pinned};
+use super::raw::{AnyRank, Inst, LiveOwner, Locked, OwnerTag, Pinned};
 use super::{RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::counters;
@@ -113,7 +113,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         match self.with_pinned(rank, f) {
             Ok(r) => r,
             Err(f) => {
-                let Ok(r) = self.first_touch_scoped(rank, init, f, |i| i.scope());
+                let Ok(r) = self.first_touch_scoped::<AnyRank, _, _>(rank, init, f);
                 r
             }
         }

@@ -218,13 +218,43 @@ impl<T> Tracks<T> {
     }
 }
 
-/// How a lookup escapes what it found: [`Inst::escaped`] (`T: Sync`: any rank) or
-/// [`Inst::escaped_own`] (the calling thread's own rank).
-pub(super) type EscapeFn<T, B> = for<'g, 'a> fn(Inst<'g, 'a, T, B>) -> Option<Escaped<'a, T, B>>;
+/// Whose values a lookup may hand to the calling thread: any rank's ([`AnyRank`], `T: Sync`) or
+/// only the thread's own ([`OwnRank`], for the owner-only family). A type parameter, not a
+/// function pointer, so that each lookup is compiled for one of them.
+pub(super) trait Reach<T, B: Backend> {
+    /// [`Inst::escaped`] or [`Inst::escaped_own`].
+    fn escaped<'a>(i: Inst<'_, 'a, T, B>) -> Option<Escaped<'a, T, B>>;
+    /// [`Inst::scope`] or [`Inst::scope_own`].
+    fn scope<'g>(i: Inst<'g, '_, T, B>) -> Option<&'g T>;
+}
 
-/// How a scoped first touch lends what it found: [`Inst::scope`] (`T: Sync`: any rank) or
-/// [`Inst::scope_own`] (the calling thread's own rank).
-pub(super) type ScopeFn<T, B> = for<'g, 'a> fn(Inst<'g, 'a, T, B>) -> Option<&'g T>;
+/// Any rank's value: `T: Sync`.
+pub(super) struct AnyRank;
+
+/// The calling thread's own rank's value only.
+pub(super) struct OwnRank;
+
+impl<T: Sync, B: Backend> Reach<T, B> for AnyRank {
+    #[inline]
+    fn escaped<'a>(i: Inst<'_, 'a, T, B>) -> Option<Escaped<'a, T, B>> {
+        i.escaped()
+    }
+    #[inline]
+    fn scope<'g>(i: Inst<'g, '_, T, B>) -> Option<&'g T> {
+        i.scope()
+    }
+}
+
+impl<T, B: Backend> Reach<T, B> for OwnRank {
+    #[inline]
+    fn escaped<'a>(i: Inst<'_, 'a, T, B>) -> Option<Escaped<'a, T, B>> {
+        i.escaped_own()
+    }
+    #[inline]
+    fn scope<'g>(i: Inst<'g, '_, T, B>) -> Option<&'g T> {
+        i.scope_own()
+    }
+}
 
 /// One instance of the map of `rl`, alive for `'g` (the borrow of the protection it came from),
 /// in a `RankLocal` borrowed for `'rl`. Only this module makes one. Not `Send`: a protection is
@@ -448,7 +478,7 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
     /// after the pin, else the map (counting the pin as a slow path's), moving an OWNED instance
     /// on to SCOPED (I39); a hit in the map is remembered as the pinned entry. The value is lent
     /// for as long as the pin is borrowed.
-    #[inline]
+    #[inline(always)] // once, in `with_pinned`: keeps the scoped hit as short as a plain one
     pub(super) fn lookup(&self, rank: u64) -> Option<&T>
     where
         T: Sync,
@@ -923,11 +953,11 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// and `ArcSwap`, the read lock on `Baseline`), which keeps it alive from the map load to
     /// the escape (I33); `None` if absent, being reclaimed or a tombstone.
     #[inline]
-    pub(super) fn lookup_escaped(&self, rank: u64, escape: EscapeFn<T, B>) -> Option<&T> {
+    pub(super) fn lookup_escaped<R: Reach<T, B>>(&self, rank: u64) -> Option<&T> {
         let escaped = B::get_with(&self.core.map, rank, |p| {
             // SAFETY: an instance of this map, protected while this closure runs (I33); the
             // `Inst` does not leave the closure, only what its escape makes.
-            escape(unsafe { Inst::new(self, rank, p) })
+            R::escaped(unsafe { Inst::new(self, rank, p) })
         })??;
         Some(escaped.cached())
     }
