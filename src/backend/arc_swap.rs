@@ -97,10 +97,12 @@ impl ArcSwapMap {
 
 impl Drop for ArcSwapMap {
     fn drop(&mut self) {
-        // SAFETY: `&mut self` — no reader or iterator exists (I6).
-        if let Some(trie) = unsafe { self.unpublish_all() } {
-            // SAFETY: exclusive access (I6); no other live version shares its nodes (I13).
-            unsafe { trie.free_nodes() };
+        // SAFETY: `&mut self` — no reader or iterator exists (I6); no other live version then
+        // shares the published trie's nodes (I13).
+        unsafe {
+            if let Some(trie) = self.unpublish_all() {
+                trie.free_nodes();
+            }
         }
     }
 }
@@ -184,13 +186,13 @@ impl Backend for ArcSwap {
 
     fn retain(map: &mut ArcSwapMap, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
         let seq = map.head.load().as_ref().map_or(0, |v| v.seq);
-        // SAFETY: `&mut` — no reader or iterator exists (I6).
-        let Some(old) = (unsafe { map.unpublish_all() }) else {
+        // SAFETY: `&mut` — no reader or iterator exists (I6); the published trie's nodes are then
+        // alive and shared by no other live version: only replaced nodes were freed (I13).
+        let Some((trie, removed)) =
+            (unsafe { map.unpublish_all().map(|old| old.rebuild(seq + 1, keep)) })
+        else {
             return Vec::new();
         };
-        // SAFETY: exclusive access (I6); the published trie's nodes are alive and shared by no
-        // other live version: only replaced nodes were freed (I13).
-        let (trie, removed) = unsafe { old.rebuild(seq + 1, keep) };
         if let Some(trie) = trie {
             map.head.store(Some(Arc::new(Version::new(trie, seq + 1))));
         }

@@ -257,11 +257,13 @@ impl EpochMap {
 
 impl Drop for EpochMap {
     fn drop(&mut self) {
-        // SAFETY: `&mut self` — no reader or iterator exists (I6).
-        if let Some(trie) = unsafe { self.unpublish_all() } {
-            // SAFETY: exclusive access (I6); the published trie's nodes are reachable from no
-            // other live version (the replaced ones were freed above, I13).
-            unsafe { trie.free_nodes() };
+        // SAFETY: `&mut self` — no reader or iterator exists (I6); the published trie's nodes
+        // are then reachable from no other live version (`unpublish_all` freed the replaced
+        // ones, I13).
+        unsafe {
+            if let Some(trie) = self.unpublish_all() {
+                trie.free_nodes();
+            }
         }
     }
 }
@@ -288,11 +290,11 @@ impl Iterator for EpochIter<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<(u64, Erased)> {
+        let version = self.version?;
         // SAFETY: the iterator holds a reference to this version (I15), so the header is alive
-        // (I17) and the version is not dead, so its nodes are alive (I13, I14).
-        let v = unsafe { self.version?.as_ref() };
-        // SAFETY: as above; the cursor was only used with this version (I15).
-        unsafe { v.v.next_entry(&mut self.cursor) }
+        // (I17) and the version is not dead, so its nodes are alive (I13, I14); the cursor was
+        // only used with this version (I15).
+        unsafe { version.as_ref().v.next_entry(&mut self.cursor) }
     }
 }
 
@@ -428,19 +430,25 @@ impl Backend for Epoch {
 
     fn retain(map: &mut EpochMap, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
         // Relaxed: exclusive access, ordered by whatever gave us `&mut`.
-        // SAFETY: `&mut` — no reader exists (I6).
-        let head = unsafe { map.head.load(Ordering::Relaxed, epoch::unprotected()) };
-        // SAFETY: exclusive access (I6): the published version is alive.
-        let Some(seq) = (unsafe { head.as_ref() }).map(|v| v.v.seq) else {
+        // SAFETY: `&mut` — no reader exists (I6), so `unprotected` will do, and the published
+        // version is alive.
+        let seq = unsafe {
+            map.head
+                .load(Ordering::Relaxed, epoch::unprotected())
+                .as_ref()
+        }
+        .map(|v| v.v.seq);
+        let Some(seq) = seq else {
             return Vec::new();
         };
-        // SAFETY: `&mut` — no reader or iterator exists (I6).
-        let Some(old) = (unsafe { map.unpublish_all() }) else {
+        // SAFETY: `&mut` — no reader or iterator exists (I6); the published trie's nodes are then
+        // alive and shared by no other live version: `unpublish_all` freed the replaced ones and
+        // the header (I13).
+        let Some((trie, removed)) =
+            (unsafe { map.unpublish_all().map(|old| old.rebuild(seq + 1, keep)) })
+        else {
             return Vec::new();
         };
-        // SAFETY: exclusive access (I6); the published trie's nodes are alive and shared by no
-        // other live version: `unpublish_all` freed the replaced ones and the header (I13).
-        let (trie, removed) = unsafe { old.rebuild(seq + 1, keep) };
         if let Some(trie) = trie {
             let new = Box::into_raw(Box::new(EpochVersion {
                 v: Version::new(trie, seq + 1),

@@ -131,20 +131,20 @@ impl Trie {
             return None;
         }
         let mut node = self.root?.cast::<Node>();
-        let mut shift = self.top_shift; // < 64, a multiple of BITS
-        while shift != 0 {
-            // SAFETY: reachable from this trie, hence alive (caller, I13); its slots are read by
-            // atomic loads (I12, I38).
+        let mut shift = self.top_shift; // < 64, a multiple of BITS; 0 at the leaf
+        let leaf = loop {
+            // SAFETY: reachable from this trie (the root, or a child loaded from a reachable
+            // node), hence alive (caller, I13); its slots are read by atomic loads (I12, I38).
             let n = unsafe { &*node.as_ptr() };
             canary_read!(n);
+            if shift == 0 {
+                break n;
+            }
             node = n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)]
                 .load()?
                 .cast();
             shift -= BITS;
-        }
-        // SAFETY: as above: the leaf is reachable, hence alive (I13).
-        let leaf = unsafe { &*node.as_ptr() };
-        canary_read!(leaf);
+        };
         leaf.slots[id as usize & (FANOUT - 1)]
             .load()
             .map(Erased::from_non_null)
@@ -179,10 +179,21 @@ impl Trie {
         // node it creates or copies; a hung node is born at its parent's birth), so the youngest
         // existing node's birth decides for the whole path.
         let mut shift = self.top_shift;
-        while shift != 0 {
-            // SAFETY: reachable from this trie, hence alive (caller, I13).
+        loop {
+            // SAFETY: reachable from this trie (the root, or a child read from a reachable
+            // node), hence alive (caller, I13).
             let n = unsafe { &*node.as_ptr() };
             let slot = &n.slots[(id.wrapping_shr(shift) as usize) & (FANOUT - 1)];
+            if shift == 0 {
+                // the leaf's slot
+                if n.birth <= frozen || slot.get().is_some() {
+                    return false;
+                }
+                // None -> Some, once, by the only writer (I16, I38); Release publishes the
+                // instance.
+                slot.fill(ptr.as_ptr::<()>());
+                return true;
+            }
             match slot.get() {
                 Some(c) => node = c.cast(),
                 None => {
@@ -199,15 +210,6 @@ impl Trie {
             }
             shift -= BITS;
         }
-        // SAFETY: as above (I13).
-        let leaf = unsafe { &*node.as_ptr() };
-        let slot = &leaf.slots[id as usize & (FANOUT - 1)];
-        if leaf.birth <= frozen || slot.get().is_some() {
-            return false;
-        }
-        // None -> Some, once, by the only writer (I16, I38); Release publishes the instance.
-        slot.fill(ptr.as_ptr::<()>());
-        true
     }
 
     /// New nodes from `level` down to the leaf holding only `id -> ptr`, all born at `birth`;
