@@ -681,9 +681,13 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         let Some(old) = self.get(rank) else {
             let p = InstancePtr::alloc(value, state, self.w.tracks.walks);
             B::insert(&self.rl.core.map, rank, p.erased());
-            return self
-                .get(rank)
-                .expect("ranklocal: a published instance is in the map");
+            // The instance just inserted, not looked up again: one map descent less per first
+            // touch.
+            // SAFETY: `p` is now `rank`'s instance in this map (inserted just above, under the
+            // writer lock, I5); as for `get`'s, no write unpublishes it and no retirement starts
+            // its grace period while the lock is held, and the returned borrow of `self` ends
+            // before any `&mut self` method (which may unpublish) runs (I16, I30, I32).
+            return unsafe { Inst::new(self.rl, rank, p.erased()) };
         };
         let meta = old.meta;
         if meta.state() == instance::EXITING {
