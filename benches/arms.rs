@@ -283,6 +283,43 @@ pub fn miss_arms() -> Vec<Arm> {
         "get_for, cache miss", "RankLocal<Baseline> (baseline)" => |w, t, i| lookup(&w.baseline, w.ranks[(t * 509 + i as usize * 67) % w.ranks.len()]);
         "get_for, cache miss", "dense array (append-only)" => |w, t, i| unsafe_deref(w.dense[w.ranks[(t * 509 + i as usize * 67) % w.ranks.len()].as_u64() as usize].load(Ordering::Acquire));
     }
+    .into_iter()
+    .chain([
+        Arm {
+            group: "get_for, cache miss",
+            name: "Reader<Epoch> (one pin per 1,024)",
+            op: |w, t, iters| read_batches(&w.epoch, w, t, iters),
+        },
+        Arm {
+            group: "get_for, cache miss",
+            name: "Reader<ArcSwap> (one pin per 1,024)",
+            op: |w, t, iters| read_batches(&w.arc_swap, w, t, iters),
+        },
+        Arm {
+            group: "get_for, cache miss",
+            name: "Reader<Baseline> (one pin per 1,024)",
+            op: |w, t, iters| read_batches(&w.baseline, w, t, iters),
+        },
+    ])
+    .collect()
+}
+
+/// The cache-miss arms' lookups through a `Reader`, one per batch of 1,024 (a collective reading
+/// every rank's state), in the same scattered order.
+fn read_batches<B: Backend>(rl: &RankLocal<u64, B>, w: &World, t: usize, iters: u64) {
+    let mut i = 0;
+    while i < iters {
+        let reader = rl.pin();
+        let end = (i + 1024).min(iters);
+        for j in i..end {
+            black_box(
+                *reader
+                    .get_for(w.ranks[(t * 509 + j as usize * 67) % w.ranks.len()])
+                    .unwrap(),
+            );
+        }
+        i = end;
+    }
 }
 
 /// `iter` over every rank, summing.

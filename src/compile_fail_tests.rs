@@ -262,3 +262,49 @@
 /// assert_send::<ranklocal::Iter<'static, std::cell::Cell<u32>, ranklocal::Epoch>>();
 /// ```
 pub struct IterIsSendWhenTIsSync;
+
+/// # A `Reader` stays on its thread
+///
+/// A [`Reader`](crate::Reader) holds an epoch pin of its thread: it is neither `Send` nor `Sync`
+/// (as crossbeam's `Guard` and papaya's `LocalGuard`), on every backend. The values it lends may
+/// cross threads as `&T` does (`T: Sync`), for as long as the reader lives.
+///
+/// ```
+/// fn assert_send_sync<T: Send + Sync>(_: &T) {}
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// rl.get_or(|| 1);
+/// let reader = rl.pin();
+/// let v = reader.get_for(ranklocal::RankId::current()).unwrap();
+/// assert_send_sync(&v);
+/// assert_eq!(std::thread::scope(|s| s.spawn(move || *v).join().unwrap()), 1);
+/// ```
+/// ```compile_fail,E0277
+/// fn assert_send<T: Send>(_: &T) {}
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// let reader = rl.pin();
+/// assert_send(&reader);
+/// ```
+/// ```compile_fail,E0277
+/// fn assert_sync<T: Sync>(_: &T) {}
+/// let rl = ranklocal::RankLocal::<u32, ranklocal::Baseline>::new();
+/// let reader = rl.pin();
+/// assert_sync(&reader);
+/// ```
+/// A value lent by a reader does not outlive it:
+/// ```compile_fail,E0505
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// rl.get_or(|| 1);
+/// let reader = rl.pin();
+/// let v = reader.get_for(ranklocal::RankId::current()).unwrap();
+/// drop(reader);
+/// assert_eq!(*v, 1);
+/// ```
+/// ```
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// rl.get_or(|| 1);
+/// let reader = rl.pin();
+/// let v = reader.get_for(ranklocal::RankId::current()).unwrap();
+/// assert_eq!(*v, 1);
+/// drop(reader);
+/// ```
+pub struct ReaderStaysOnItsThread;

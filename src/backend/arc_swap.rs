@@ -153,6 +153,15 @@ impl Backend for ArcSwap {
         r
     }
 
+    #[inline]
+    unsafe fn get_pinned(
+        map: &ArcSwapMap,
+        rank: u64,
+        _guard: &crossbeam_epoch::Guard,
+    ) -> Option<Erased> {
+        Self::get(map, rank)
+    }
+
     unsafe fn get_by_writer(map: &ArcSwapMap, rank: u64) -> Option<Erased> {
         Self::get(map, rank)
     }

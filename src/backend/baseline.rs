@@ -92,6 +92,15 @@ impl Backend for Baseline {
         r
     }
 
+    #[inline]
+    unsafe fn get_pinned(
+        map: &BaselineMap,
+        rank: u64,
+        _guard: &crossbeam_epoch::Guard,
+    ) -> Option<Erased> {
+        Self::get(map, rank)
+    }
+
     unsafe fn get_by_writer(map: &BaselineMap, rank: u64) -> Option<Erased> {
         Self::get(map, rank)
     }

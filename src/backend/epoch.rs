@@ -353,6 +353,17 @@ impl Backend for Epoch {
         Some(r)
     }
 
+    #[inline]
+    unsafe fn get_pinned(map: &EpochMap, rank: u64, guard: &epoch::Guard) -> Option<Erased> {
+        // Acquire: as in `get_with`.
+        let v = map.head.load(Ordering::Acquire, guard);
+        // SAFETY: loaded under `guard`, a pin of the crate's collector (the caller's contract),
+        // through which the writer retires the epoch reference (I18): as in `get_with`, the
+        // header is alive (I17), its version not dead and so its nodes alive (I13), and slot
+        // loads see fills whole (I3, I12, I38).
+        unsafe { v.as_ref()?.v.get(rank) }
+    }
+
     unsafe fn get_by_writer(map: &EpochMap, rank: u64) -> Option<Erased> {
         // SAFETY: the caller excludes every write (I16), and a published version keeps its epoch
         // reference until a write replaces it (I17), so `unprotected` is enough; its nodes are

@@ -101,6 +101,21 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     #[doc(hidden)]
     fn get_with<R>(map: &Self::Map, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R>;
 
+    /// The entry for `rank`, looked up under `guard`, a pin the caller holds: on `Epoch` the
+    /// version is loaded under it (no pin of its own, so a reader that holds one across many
+    /// lookups pays for it once); `ArcSwap` takes arc-swap's guard for the descent, `Baseline` its
+    /// read lock for the probe. What protects the instance found is the caller's business (I33).
+    ///
+    /// # Safety
+    /// `guard` is a pin of the crate's own collector (`collector::pin`, I18): the collector the
+    /// `Epoch` backend retires its versions' epoch references through.
+    #[doc(hidden)]
+    unsafe fn get_pinned(
+        map: &Self::Map,
+        rank: u64,
+        guard: &crossbeam_epoch::Guard,
+    ) -> Option<Erased>;
+
     /// The entry for `rank`, looked up by the map's serialized writer without any protection of
     /// its own (no pin, no lock): a first touch's re-check and the sweep's lookups.
     ///

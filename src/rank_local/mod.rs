@@ -22,7 +22,8 @@
 //!   I32);
 //! - `iter`: `iter`, `iter_mut`, `into_iter` (I15, I31);
 //! - `kept`: `kept_exited` and its debug-build warning;
-//! - `own`: the owner-only family (`with_own`, `get_own`, ...), [`SyncValue`] and `Debug`.
+//! - `own`: the owner-only family (`with_own`, `get_own`, ...), [`SyncValue`] and `Debug`;
+//! - `reader`: [`Reader`] (`pin`): lookups of any rank under one held pin (I40).
 //!
 //! The invariants the `// SAFETY:` comments cite (I1, I2, ...) are stated once, in
 //! papers/design.md §4, rendered as [`crate::design`].
@@ -47,6 +48,7 @@ use self::init::Claim;
 pub use self::iter::{Iter, IterMut};
 pub use self::own::SyncValue;
 pub(crate) use self::raw::{run_exit_work, Gate};
+pub use self::reader::Reader;
 use self::reclaim::Sweep;
 
 global! {
@@ -189,5 +191,6 @@ mod access;
 mod iter;
 mod kept;
 mod own;
+mod reader;
 mod reclaim;
 mod scoped;

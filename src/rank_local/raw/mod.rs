@@ -9,6 +9,7 @@
 //! | the writer lock ([`Locked`]) | `Locked::new`/`try_new` | `Inst<'lock>` from [`Locked::get`] and [`Locked::publish`]; the sweep's takes | every write, retirement included, happens under it (I16, I30) |
 //! | the live owner ([`LiveOwner`]) | `LiveOwner::new` on the owner's own thread | `Inst<'owner>` of its own rank; its owner cache entries | a live rank's instance is never swept (I35) |
 //! | an escape | [`Inst::escaped`] | [`Escaped`], whose `&'rl T` lasts as long as the `RankLocal` is borrowed | an ESCAPED instance is kept until `&mut` or drop (I31) |
+//! | a held pin ([`Reading`]) | `Reading::new` (`T: Sync + Send`), pinned at its first lookup | `&'reading T` of the map now, SCOPED | as for a pin, held until the reading drops (I32, I33, I40) |
 //! | a walk ([`Walk`]) | [`Locked::walk`] | escaped `&'rl T` of a snapshot | a walk count and a live-iterator count keep sweeps off it (I31, I39) |
 //! | `&mut RankLocal` | the `&mut` methods | [`Removed`], `&mut T` | no other user exists (I6) |
 //! | a grace period | a [`Batch`] whose token the collector set | [`Removed`] | no reader can still see it (I32) |
@@ -24,6 +25,7 @@
 
 mod gate;
 mod instance;
+mod reading;
 
 use core::any::Any;
 use core::marker::PhantomData;
@@ -41,6 +43,7 @@ use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, MutexGuard,
 pub(crate) use self::gate::{run_exit_work, Gate};
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
 use self::instance::{InstancePtr, Meta, ESCAPED, OWNED, SCOPED};
+pub(super) use self::reading::Reading;
 
 /// A panic payload, kept to re-raise at an explicit reclamation call.
 pub(super) type Payload = Box<dyn Any + Send>;
