@@ -163,6 +163,34 @@ impl<B: Backend> Peer for Rl<B> {
     }
 }
 
+/// `RankLocal<Epoch>` read through a `Reader` (`pin()`): one per cycle of lookups (case 3 only).
+struct RlReader(RankLocal<u64, Epoch>);
+
+impl Peer for RlReader {
+    fn touch(&self, key: Key) -> u64 {
+        on_behalf_of(key.rank, || *self.0.get_or(|| key.k))
+    }
+    fn get(&self, key: Key) -> u64 {
+        *self.0.pin().get_for(key.rank).expect("present")
+    }
+    fn touch_own(&self, key: u64) -> u64 {
+        *self.0.get_or(|| key)
+    }
+    fn sum(&self) -> u64 {
+        self.0.iter().fold(0u64, |s, (_, v)| s.wrapping_add(*v))
+    }
+    fn get_cycles(&self, order: &[Key], cycles: usize) -> u64 {
+        let mut s = 0u64;
+        for _ in 0..cycles {
+            let reader = self.0.pin();
+            for &k in order {
+                s = s.wrapping_add(*reader.get_for(black_box(k).rank).expect("present"));
+            }
+        }
+        s
+    }
+}
+
 /// std `RwLock<HashMap>`: a read-locked probe, then the write lock and `entry` (the reference).
 struct StdRw(RwLock<HashMap<u64, Box<u64>, H>>);
 
@@ -297,6 +325,34 @@ impl Peer for Papaya {
     }
 }
 
+/// papaya with its guard held across a cycle of lookups (case 3 only), as `RlReader`.
+struct PapayaGuard(Papaya);
+
+impl Peer for PapayaGuard {
+    fn touch(&self, key: Key) -> u64 {
+        self.0.touch(key)
+    }
+    fn get(&self, key: Key) -> u64 {
+        self.0.get(key)
+    }
+    fn touch_own(&self, key: u64) -> u64 {
+        self.0.touch_own(key)
+    }
+    fn sum(&self) -> u64 {
+        self.0.sum()
+    }
+    fn get_cycles(&self, order: &[Key], cycles: usize) -> u64 {
+        let mut s = 0u64;
+        for _ in 0..cycles {
+            let guard = self.0 .0.guard();
+            for &k in order {
+                s = s.wrapping_add(**self.0 .0.get(&black_box(k).k, &guard).expect("present"));
+            }
+        }
+        s
+    }
+}
+
 /// The `thread_local` crate: one value per live thread, found by the thread itself; no lookup by
 /// id (cases 1 and 3 skip it).
 struct Tl(thread_local::ThreadLocal<u64>);
@@ -345,12 +401,14 @@ enum Arm {
     SccMap,
     Papaya,
     PapayaInc,
+    EpochReader,
+    PapayaGuard,
     ThreadLocal,
     Nothing,
 }
 
 /// `(arm, command-line name, table label)`, in table order.
-const ARMS: [(Arm, &str, &str); 11] = [
+const ARMS: [(Arm, &str, &str); 13] = [
     (Arm::Epoch, "epoch", "RankLocal<Epoch>"),
     (Arm::ArcSwap, "arc-swap", "RL<ArcSwap>"),
     (Arm::Baseline, "baseline", "RL<Baseline>"),
@@ -360,6 +418,8 @@ const ARMS: [(Arm, &str, &str); 11] = [
     (Arm::SccMap, "scc-map", "scc HashMap"),
     (Arm::Papaya, "papaya", "papaya Blocking"),
     (Arm::PapayaInc, "papaya-inc", "papaya default"),
+    (Arm::EpochReader, "epoch-reader", "RL<Epoch> Reader"),
+    (Arm::PapayaGuard, "papaya-guard", "papaya guarded"),
     (Arm::ThreadLocal, "thread_local", "thread_local"),
     (Arm::Nothing, "none", "(threads only)"),
 ];
@@ -375,6 +435,10 @@ impl Arm {
     fn by_id(self) -> bool {
         !matches!(self, Arm::ThreadLocal | Arm::Nothing)
     }
+    /// Holds its pin or guard across a cycle of lookups: only case 3 runs it.
+    fn batch_reader(self) -> bool {
+        matches!(self, Arm::EpochReader | Arm::PapayaGuard)
+    }
     fn make(self) -> Box<dyn Peer> {
         match self {
             Arm::Epoch => Box::new(Rl(RankLocal::<u64, Epoch>::new())),
@@ -386,6 +450,8 @@ impl Arm {
             Arm::SccMap => Box::new(SccMap(scc::HashMap::with_hasher(H::default()))),
             Arm::Papaya => Box::new(Papaya::new(papaya::ResizeMode::Blocking)),
             Arm::PapayaInc => Box::new(Papaya::new(papaya::ResizeMode::default())),
+            Arm::EpochReader => Box::new(RlReader(RankLocal::new())),
+            Arm::PapayaGuard => Box::new(PapayaGuard(Papaya::new(papaya::ResizeMode::Blocking))),
             Arm::ThreadLocal => Box::new(Tl(thread_local::ThreadLocal::new())),
             Arm::Nothing => Box::new(Nothing),
         }
@@ -405,7 +471,10 @@ OPTIONS:
   --quick           fewer rounds and threads (a few seconds; a smoke run)
   --only LIST       only these arms, comma-separated: epoch, arc-swap,
                     baseline, rwlock, dashmap, scc-index, scc-map, papaya,
-                    papaya-inc, thread_local, none
+                    papaya-inc, epoch-reader, papaya-guard, thread_local,
+                    none (epoch-reader and papaya-guard hold a Reader /
+                    papaya's guard across each cycle of lookups: case
+                    miss only)
   --only-case LIST  only these cases: touch-id, miss, iter, fresh-thread, heap
   --ops N           callgrind mode: one arm (--only), one case (--only-case,
                     not heap); set up, run exactly N operations, untimed,
@@ -763,7 +832,12 @@ fn allowance(n: usize) -> usize {
 }
 
 fn touch_id(o: &Opts, keys: &[Key]) {
-    let arms: Vec<Arm> = o.arms.iter().copied().filter(|a| a.by_id()).collect();
+    let arms: Vec<Arm> = o
+        .arms
+        .iter()
+        .copied()
+        .filter(|a| a.by_id() && !a.batch_reader())
+        .collect();
     if arms.is_empty() {
         return;
     }
@@ -947,7 +1021,12 @@ fn fresh_touch(set: &Set, a: usize) -> Duration {
 const FRESH_SIZES: [usize; 2] = [64, 1024];
 
 fn fresh_thread(o: &Opts) {
-    let arms: Vec<Arm> = o.arms.clone();
+    let arms: Vec<Arm> = o
+        .arms
+        .iter()
+        .copied()
+        .filter(|a| !a.batch_reader())
+        .collect();
     let mut pool = LivePool::new();
     let mut rows: Vec<Vec<Option<Stat>>> = vec![Vec::new(); arms.len()];
     let mut rounds_used = Vec::new();
@@ -1148,7 +1227,12 @@ fn heap_per_thread(arm: Arm, n: usize, settler: &mut Settler) -> f64 {
 fn heap(o: &Opts, keys: &[Key]) {
     let key_sizes: &[usize] = if o.quick { &[1024] } else { &[1024, 65536] };
     let threads = if o.quick { 64 } else { 1024 };
-    let mut arms = o.arms.clone();
+    let mut arms: Vec<Arm> = o
+        .arms
+        .iter()
+        .copied()
+        .filter(|a| !a.batch_reader())
+        .collect();
     if !arms.contains(&Arm::Nothing) {
         arms.push(Arm::Nothing);
     }
@@ -1247,7 +1331,12 @@ fn fill_64(a: Arm, p: &dyn Peer, keys: &[Key]) -> u64 {
 }
 
 fn iterate(o: &Opts, keys: &[Key]) {
-    let arms: Vec<Arm> = o.arms.clone();
+    let arms: Vec<Arm> = o
+        .arms
+        .iter()
+        .copied()
+        .filter(|a| !a.batch_reader())
+        .collect();
     let keys = &keys[..ITER_VALUES];
     let (rounds, n) = if o.quick { (11, 500) } else { (101, 2000) };
     let mut want = Vec::new();
