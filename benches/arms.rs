@@ -287,17 +287,17 @@ pub fn miss_arms() -> Vec<Arm> {
     .chain([
         Arm {
             group: "get_for, cache miss",
-            name: "Reader<Epoch> (one pin per 1,024)",
+            name: "Reader<Epoch> per 1,024",
             op: |w, t, iters| read_batches(&w.epoch, w, t, iters),
         },
         Arm {
             group: "get_for, cache miss",
-            name: "Reader<ArcSwap> (one pin per 1,024)",
+            name: "Reader<ArcSwap> per 1,024",
             op: |w, t, iters| read_batches(&w.arc_swap, w, t, iters),
         },
         Arm {
             group: "get_for, cache miss",
-            name: "Reader<Baseline> (one pin per 1,024)",
+            name: "Reader<Baseline> per 1,024",
             op: |w, t, iters| read_batches(&w.baseline, w, t, iters),
         },
     ])

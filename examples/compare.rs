@@ -582,6 +582,18 @@ fn group_goals(group: &str, rows: &[Row], o: &Opts) -> Vec<Goal> {
                 .map(|i| row_ratio(e, b, i, true))
                 .collect();
             if group == "get_for, cache miss" {
+                if let Some(r) = find("Reader<Epoch> per 1,024") {
+                    let s: Vec<Paired> = (0..o.threads.len())
+                        .map(|i| row_ratio(r, e, i, true))
+                        .collect();
+                    let got: Vec<String> = s.iter().enumerate().map(|(i, p)| at(i, p)).collect();
+                    goals.push(Goal::new(
+                        "a batch of cache misses through one Reader (pin once, then get_for) at \
+                         least 2x faster than plain get_for misses (Epoch)",
+                        s.iter().all(|p| p.median >= 2.0),
+                        got.join("; "),
+                    ));
+                }
                 for (i, &t) in o.threads.iter().enumerate() {
                     if t == 1 {
                         goals.push(
