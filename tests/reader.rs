@@ -9,7 +9,10 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::thread;
 
-use common::{counter, leak, reclaim_until, touch_scoped, within_deadline, Counted, DEADLOCK};
+use common::{
+    counter, leak, panic_message, parked_rank, reclaim_until, touch_scoped, within_deadline,
+    Counted, DEADLOCK,
+};
 use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 common::backend_tests! {
@@ -17,6 +20,8 @@ common::backend_tests! {
     values_stay_valid_across_a_concurrent_sweep,
     a_dropped_reader_lets_a_blocking_reclaim_finish,
     a_first_touch_while_a_reader_is_held_drops_nothing_inside_it,
+    an_owner_only_value_read_through_a_reader_outlives_its_thread_exit,
+    a_blocking_reclaim_under_a_held_reader_panics_instead_of_waiting,
 }
 
 /// `n` ranks with a scoped instance of `rl` each (never escaped), counting drops in `drops`.
@@ -194,5 +199,62 @@ fn a_first_touch_while_a_reader_is_held_drops_nothing_inside_it<B: Backend>() {
         );
         drop(reader);
         reclaim_until(rl, drops, N);
+    });
+}
+
+/// A value only its own thread reached (`with_own`: dropped by the thread's exit work) that a
+/// reader on another thread got is not dropped under the reader when that thread exits: the
+/// lookup moved it on to scoped first, so the exit leaves it to a sweep after the reader is gone.
+fn an_owner_only_value_read_through_a_reader_outlives_its_thread_exit<B: Backend>() {
+    let drops = counter();
+    let rl: &'static RankLocal<Counted<'static>, B> = leak(RankLocal::new());
+    let (touched_tx, touched_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let owner = thread::spawn(move || {
+        rl.with_own_or(|| Counted::new(drops), |_| ());
+        touched_tx.send(RankId::this_thread()).unwrap();
+        let _ = release_rx.recv();
+    });
+    let id = touched_rx.recv().unwrap();
+    let reader = rl.pin();
+    let v = reader.get_for(id).expect("the owner's value");
+    release_tx.send(()).unwrap();
+    owner.join().unwrap(); // its exit work ran
+    assert_eq!(v.value(), 0);
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        0,
+        "the thread's exit dropped a value a reader held"
+    );
+    drop(reader);
+    reclaim_until(rl, drops, 1); // swept after the exit, once the reader is gone
+}
+
+/// `reclaim_exited_blocking` would wait for the reader held on its own thread: it panics with a
+/// clear message instead of deadlocking; the reader's values are untouched.
+fn a_blocking_reclaim_under_a_held_reader_panics_instead_of_waiting<B: Backend>() {
+    within_deadline(|| {
+        let drops = counter();
+        let rl: &'static RankLocal<Counted<'static>, B> = leak(RankLocal::new());
+        let (id, release, h) = parked_rank();
+        on_behalf_of(id, || touch_scoped(rl, drops));
+        let reader = rl.pin();
+        let v = reader.get_for(id).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rl.reclaim_exited_blocking();
+        }));
+        let msg = panic_message(
+            &*r.expect_err("reclaim_exited_blocking did not panic under a held reader"),
+        );
+        assert!(
+            msg.contains("reclaim_exited_blocking"),
+            "unclear panic: {msg}"
+        );
+        assert_eq!(v.value(), 0);
+        drop(reader);
+        release.send(()).unwrap();
+        h.join().unwrap();
+        assert_eq!(rl.reclaim_exited_blocking(), 1);
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
     });
 }
