@@ -681,7 +681,16 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     }
 
     fn publish_state(&self, rank: u64, value: T, state: usize) -> Inst<'_, 'rl, T, B> {
-        let Some(old) = self.get(rank) else {
+        // Only exit work through the gate makes a tombstone, and only for an OWNED instance,
+        // which is published only once the gate exists (I39): without a gate the claimed rank
+        // has no entry (the claim excludes every other first touch of it), and no lookup is
+        // needed to know it.
+        let old = if self.w.tracks.gate.is_some() {
+            self.get(rank)
+        } else {
+            None
+        };
+        let Some(old) = old else {
             let p = InstancePtr::alloc(value, state, self.w.tracks.walks);
             B::insert(&self.rl.core.map, rank, p.erased());
             // The instance just inserted, not looked up again: one map descent less per first
