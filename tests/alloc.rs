@@ -34,6 +34,8 @@ common::backend_tests! {
     repeated_iters_keep_nothing,
     #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
     inboxes_and_exit_watchers_do_not_grow_the_heap,
+    #[cfg_attr(miri, ignore = "counts allocations: too slow under Miri, other suites run these paths")]
+    reader_lookups_allocate_nothing,
 }
 
 struct Counting;
@@ -121,6 +123,31 @@ fn lookups_allocate_nothing<B: Backend>() {
         "{}: {n} allocations during lookups ({iter_allocs} by iter)",
         B::NAME
     );
+}
+
+/// Readers (`pin`, `Reader::get_for`) allocate nothing once the thread has a collector
+/// participant, whether made once or once per batch.
+fn reader_lookups_allocate_nothing<B: Backend>() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let rl = RankLocal::<u64, B>::new();
+    let ids = exited_thread_ranks(RANKS);
+    for (i, &r) in ids.iter().enumerate() {
+        on_behalf_of(r, || rl.get_or(|| i as u64 + 1)); // kept: their ranks exited
+    }
+    let _ = rl.pin().get_for(ids[0]); // warm-up: the first pin registers this thread
+    let mut sum = 0u64;
+    let n = allocs_on_this_thread(|| {
+        let held = rl.pin();
+        for i in 0..LOOKUPS {
+            let r = ids[i % ids.len()];
+            sum += *held.get_for(r).unwrap();
+            if i % 1000 == 0 {
+                sum += *rl.pin().get_for(r).unwrap();
+            }
+        }
+    });
+    assert!(sum > 0);
+    assert_eq!(n, 0, "{}: {n} allocations during reader lookups", B::NAME);
 }
 
 rank_local! {
