@@ -22,6 +22,8 @@ common::backend_tests! {
     a_first_touch_while_a_reader_is_held_drops_nothing_inside_it,
     an_owner_only_value_read_through_a_reader_outlives_its_thread_exit,
     a_blocking_reclaim_under_a_held_reader_panics_instead_of_waiting,
+    #[cfg_attr(miri, ignore = "10,000 ranks: too slow under Miri; the tests above run these paths")]
+    many_batches_queued_behind_a_held_reader_are_all_freed_after_it,
 }
 
 /// `n` ranks with a scoped instance of `rl` each (never escaped), counting drops in `drops`.
@@ -257,4 +259,35 @@ fn a_blocking_reclaim_under_a_held_reader_panics_instead_of_waiting<B: Backend>(
         assert_eq!(rl.reclaim_exited_blocking(), 1);
         assert_eq!(drops.load(Ordering::SeqCst), 1);
     });
+}
+
+/// A reader held while 10,000 exited ranks' values are swept on another thread, batch after batch
+/// (each waits for the reader): nothing it lent is dropped, and once it is dropped every batch is
+/// freed, each value once.
+fn many_batches_queued_behind_a_held_reader_are_all_freed_after_it<B: Backend>() {
+    const N: usize = 10_000;
+    let drops = counter();
+    let rl = RankLocal::<Counted<'static>, B>::new();
+    let first = scoped_ranks(&rl, drops, 1);
+    let reader = rl.pin();
+    let lent = reader.get_for(first[0].id()).unwrap();
+    drop(first);
+    thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..N / 100 {
+                // 99 ranks come and go; the first touches sweep them, amortized
+                drop(scoped_ranks(&rl, drops, 99));
+                rl.reclaim_exited();
+            }
+        });
+    });
+    assert_eq!(lent.value(), 0);
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        0,
+        "a sweep dropped a value while a reader was held"
+    );
+    drop(reader);
+    reclaim_until(&rl, drops, 1 + 99 * (N / 100));
+    assert_eq!(rl.len(), 0);
 }
