@@ -372,6 +372,15 @@ pub(crate) fn acting_as_self() -> bool {
     STATE.with(|s| s.current.get() == s.own.get())
 }
 
+/// `true` once this thread's own storage is being or has been torn down: its rank exists and its
+/// exit hook has begun (or could not be registered, the thread being torn down already). What
+/// std's `LocalKey::try_with` fails on. Always `false` under loom, where thread liveness is not
+/// tracked.
+#[inline]
+pub(crate) fn own_storage_torn_down() -> bool {
+    !cfg!(loom) && STATE.with(|s| s.own.get() != 0 && !s.alive.get())
+}
+
 /// This thread's own id, or 0 if it has none yet (a thread-cache lookup with rank 0 misses).
 #[inline]
 pub(crate) fn own_raw_or_zero() -> u64 {

@@ -535,7 +535,7 @@ fn first_contact_registers_no_participant<B: Backend>() {
         let c = RankLocal::<u64, B>::new();
         assert_eq!(c.with_or(|| 4, |v| *v), 4);
         assert_eq!(*c.get_or(|| unreachable!()), 4);
-        assert_eq!(c.try_with(|v| *v), Some(4));
+        assert_eq!(c.with_existing(|v| *v), Some(4));
     };
     let job = Rank::new();
     b.get_or(|| 5);
