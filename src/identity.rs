@@ -24,7 +24,7 @@ use core::fmt;
 use std::collections::BTreeMap;
 
 use crate::primitive::{
-    global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering,
+    global, lazy_global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering,
 };
 use crate::rank_local::Gate;
 
@@ -242,9 +242,10 @@ global! {
     static NEXT_RANK: AtomicU64 = AtomicU64::new(1);
 }
 
-global! {
+lazy_global! {
     /// The live ranks: threads that have an id and have not run their exit hook yet, and `Rank`s
-    /// not yet dropped; each with the inboxes that want its exit.
+    /// not yet dropped; each with the inboxes that want its exit. (Built on first use: an empty
+    /// `BTreeMap` can be built in a `static` only from Rust 1.66 on.)
     static LIVE: Mutex<BTreeMap<u64, Watchers>> = Mutex::new(BTreeMap::new());
 }
 
@@ -489,7 +490,7 @@ pub(crate) fn add_exit_gate(gate: &Arc<Gate>) -> bool {
             let Some(mut hook) = h.take() else {
                 return false;
             };
-            if !hook.gates.last().is_some_and(|g| Arc::ptr_eq(g, gate)) {
+            if !hook.gates.last().map_or(false, |g| Arc::ptr_eq(g, gate)) {
                 if hook.gates.len() >= hook.prune_at {
                     hook.gates.retain(|g| g.is_open());
                     hook.gates.sort_unstable_by_key(|g| Arc::as_ptr(g) as usize);

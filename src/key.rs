@@ -60,11 +60,14 @@ impl<T: RankLocalValue> KeyStorage<T> {
 /// (whichever thread frees an instance drops it). The methods that can hand a value to another
 /// thread (`get`, `with`, `get_for`, `iter`, ...) require [`SyncValue`](crate::SyncValue) too;
 /// the owner-only family (`with_own`, `get_own`, ...) does not. Implemented for every such type.
-#[diagnostic::on_unimplemented(
-    message = "`rank_local!` values must be `Send`: `{Self}` is not",
-    label = "a `rank_local!` value must be `Send`",
-    note = "whichever thread frees an instance drops it: use a `Send` type (an `Arc` instead of an \
-            `Rc`, ...)"
+#[cfg_attr(
+    ranklocal_diagnostic,
+    diagnostic::on_unimplemented(
+        message = "`rank_local!` values must be `Send`: `{Self}` is not",
+        label = "a `rank_local!` value must be `Send`",
+        note = "whichever thread frees an instance drops it: use a `Send` type (an `Arc` instead of an \
+                `Rc`, ...)"
+    )
 )]
 pub trait RankLocalValue: Send + 'static {}
 
@@ -809,11 +812,19 @@ macro_rules! rank_local {
     () => {};
     // std's `const { EXPR }` form: evaluated at compile time, as in `thread_local!`.
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block; $($rest:tt)*) => {
-        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, { const $init });
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, {
+            // a `const` item, not an inline `const { }` block (Rust 1.79): evaluated at compile time
+            const __RANKLOCAL_INIT: $t = $init;
+            __RANKLOCAL_INIT
+        });
         $crate::rank_local!($($rest)*);
     };
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block) => {
-        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, { const $init });
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, {
+            // a `const` item, not an inline `const { }` block (Rust 1.79): evaluated at compile time
+            const __RANKLOCAL_INIT: $t = $init;
+            __RANKLOCAL_INIT
+        });
     };
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
         $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, $init);

@@ -229,6 +229,7 @@ mod compile_fail_tests;
 mod counters;
 mod delegation;
 mod erased;
+mod fifo;
 mod identity;
 #[cfg(not(loom))]
 mod key;

@@ -8,6 +8,7 @@
 
 use core::convert::Infallible;
 
+use super::infallible;
 use super::raw::{AnyRank, Escaped, Locked, OwnerTag, Reach};
 use super::{AccessError, RankLocal, SyncValue};
 use crate::backend::Backend;
@@ -149,7 +150,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     where
         T: SyncValue,
     {
-        let Ok(v) = self.get_or_try(|| Ok::<T, Infallible>(init()));
+        let v = infallible(self.get_or_try(|| Ok::<T, Infallible>(init())));
         v
     }
 

@@ -70,6 +70,15 @@ pub(crate) fn fresh_uid() -> cache::Uid {
     }
 }
 
+/// The value of a `Result` that cannot be an error (`let Ok(v) = r;` needs Rust 1.82).
+#[inline(always)]
+fn infallible<T>(r: Result<T, core::convert::Infallible>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(never) => match never {},
+    }
+}
+
 /// Makes a type that mentions it invariant in `T`, adding no auto-trait bound (a `fn` pointer is
 /// `Send`, `Sync` and `Unpin` whatever `T` is); see I9.
 type Invariant<T> = fn(T) -> T;

@@ -16,6 +16,7 @@
 use core::convert::Infallible;
 use core::fmt;
 
+use super::infallible;
 use super::init::Access;
 use super::raw::{Inst, LiveOwner, OwnRank, OwnerTag, Pinned};
 use super::{AccessError, RankLocal};
@@ -36,14 +37,17 @@ use crate::identity;
 /// rl.get_or(|| 5);
 /// assert_eq!(sum(&rl), 5);
 /// ```
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not `Sync`: this `RankLocal` method can hand the value to another thread",
-    label = "needs a `Sync` value: another thread may read it",
-    note = "for state only its own thread touches (a `RefCell`, a `Cell`), use the owner-only \
-            methods `with_own`/`get_own` (also `with_own_or`, `try_with_own`, `get_own_or`, \
-            `try_get_own`): they reach the calling thread's own instance and need `Send` only",
-    note = "for state other threads read (`get_for`, `iter`, `on_behalf_of`), use a thread-safe \
-            type: a `Mutex`, an `RwLock`, an atomic"
+#[cfg_attr(
+    ranklocal_diagnostic,
+    diagnostic::on_unimplemented(
+        message = "`{Self}` is not `Sync`: this `RankLocal` method can hand the value to another thread",
+        label = "needs a `Sync` value: another thread may read it",
+        note = "for state only its own thread touches (a `RefCell`, a `Cell`), use the owner-only \
+                methods `with_own`/`get_own` (also `with_own_or`, `try_with_own`, `get_own_or`, \
+                `try_get_own`): they reach the calling thread's own instance and need `Send` only",
+        note = "for state other threads read (`get_for`, `iter`, `on_behalf_of`), use a thread-safe \
+                type: a `Mutex`, an `RwLock`, an atomic"
+    )
 )]
 pub trait SyncValue: Send + Sync {}
 
@@ -125,7 +129,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         };
         let init = || Ok::<T, Infallible>(as_own(rank, init));
         // escaped, and cached under the thread's own rank
-        let Ok(v) = self.first_touch_escaped::<OwnRank, _>(rank, init);
+        let v = infallible(self.first_touch_escaped::<OwnRank, _>(rank, init));
         v
     }
 
@@ -300,7 +304,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             let i = match found {
                 Some(i) => i,
                 None => {
-                    let Ok(i) = self.first_touch_owner(&owner, init?, Access::Own);
+                    let i = infallible(self.first_touch_owner(&owner, init?, Access::Own));
                     i
                 }
             };
@@ -321,7 +325,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             return Some(f(v));
         }
         drop(pin);
-        let Ok(r) = self.first_touch_scoped::<OwnRank, _, _>(rank, init?, f);
+        let r = infallible(self.first_touch_scoped::<OwnRank, _, _>(rank, init?, f));
         Some(r)
     }
 }

@@ -84,7 +84,7 @@ fn holds_before<T: Send, B: Backend>(
     in_drop: bool,
 ) -> bool {
     // the queue is in ascending serial order: its front is the oldest
-    w.oldest_serial().is_some_and(|s| s < upto)
+    w.oldest_serial().map_or(false, |s| s < upto)
         || (!in_drop && w.sweep.freeing.iter().any(|&(s, t)| s < upto && t != me))
 }
 
