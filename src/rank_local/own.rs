@@ -43,8 +43,9 @@ use crate::identity;
         message = "`{Self}` is not `Sync`: this `RankLocal` method can hand the value to another thread",
         label = "needs a `Sync` value: another thread may read it",
         note = "for state only its own thread touches (a `RefCell`, a `Cell`), use the owner-only \
-                methods `with_own`/`get_own` (also `with_own_or`, `try_with_own`, `get_own_or`, \
-                `try_get_own`): they reach the calling thread's own instance and need `Send` only",
+                methods `with_own`/`get_own` (also `with_own_or`, `get_own_or`; `try_get_own` and \
+                `with_own_existing` never create, as the `thread_local` crate's `get()`): they \
+                reach the calling thread's own instance and need `Send` only",
         note = "for state other threads read (`get_for`, `iter`, `on_behalf_of`), use a thread-safe \
                 type: a `Mutex`, an `RwLock`, an atomic"
     )
