@@ -21,6 +21,10 @@
 //! time, ~28 s are the lookup tables (39 arms x 2 thread counts x `--ms 300`, plus set-up) and
 //! ~5 s making the 65,600 ranks that first touch needs; `--ms` scales the first part.
 
+// Examples run on the current toolchain; the library's rust-version (1.65) is checked by
+// .ci/msrv.sh.
+#![allow(clippy::incompatible_msrv)]
+
 #[path = "../benches/arms.rs"]
 mod arms;
 

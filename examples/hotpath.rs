@@ -8,6 +8,10 @@
 //!
 //! Per-call cost = (Ir at 2N - Ir at N) / N; `papers/callgrind.sh` does exactly that for every arm.
 
+// Examples run on the current toolchain; the library's rust-version (1.65) is checked by
+// .ci/msrv.sh.
+#![allow(clippy::incompatible_msrv)]
+
 #[path = "../benches/arms.rs"]
 mod arms;
 

@@ -68,7 +68,10 @@ impl Uid {
 
 /// The uid of a `RankLocal` that has none yet: no entry is ever stored under it, so lookups with
 /// it miss.
-pub(crate) const NO_UID: Uid = Uid(NonZeroU64::MAX);
+pub(crate) const NO_UID: Uid = Uid(match NonZeroU64::new(u64::MAX) {
+    Some(max) => max,
+    None => unreachable!(),
+});
 
 /// An atomic [`Uid`] (a `RankLocal`'s uid). It holds nothing but `Uid`s — its number is private to
 /// this module, and `new`, `store` and `compare_exchange` take a `Uid` — so a load is a `Uid`
@@ -135,8 +138,17 @@ const EMPTY: Entry = Entry {
 
 type Set = [Cell<Entry>; WAYS];
 
+/// An empty set: the initial value of each of the cache's sets (a `const` item, each use a fresh
+/// array, so the cache's initializer needs no inline `const` block).
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_SET: Set = {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const WAY: Cell<Entry> = Cell::new(EMPTY);
+    [WAY; WAYS]
+};
+
 tls! {
-    static CACHE: [Set; SETS] = const { [const { [const { Cell::new(EMPTY) }; WAYS] }; SETS] };
+    static CACHE: [Set; SETS] = const { [EMPTY_SET; SETS] };
 }
 
 /// The set for `(uid, rank)`: ranks are spread by a per-`RankLocal` offset, the low bits of its
@@ -167,10 +179,12 @@ pub(crate) fn lookup(uid: Uid, rank: u64) -> Option<NonNull<()>> {
         let ptr = unsafe { core::ptr::addr_of!((*way0.as_ptr()).ptr).read_volatile() };
         let e = way0.get();
         if e.uid == uid.get() && e.rank == rank {
-            // SAFETY: a `Uid` is not 0 and only empty entries hold uid 0, so this entry was
-            // stored, with a non-null pointer (`store` takes an `Erased`). Said here so the hit
-            // path has no null test.
-            unsafe { core::hint::assert_unchecked(!ptr.is_null()) };
+            // Said so the hit path has no null test.
+            if ptr.is_null() {
+                // SAFETY: unreachable: a `Uid` is not 0 and only empty entries hold uid 0, so
+                // this entry was stored, with a non-null pointer (`store` takes an `Erased`).
+                unsafe { core::hint::unreachable_unchecked() }
+            }
             return ptr.cast_mut();
         }
         older(&c[set_index(uid, rank)], uid, rank)
@@ -185,8 +199,10 @@ fn older(set: &Set, uid: Uid, rank: u64) -> *mut () {
     for way in &set[1..] {
         let e = way.get();
         if e.uid == uid.get() && e.rank == rank {
-            // SAFETY: as in `lookup`: a `Uid` is not 0, so this entry was stored.
-            unsafe { core::hint::assert_unchecked(!e.ptr.is_null()) };
+            if e.ptr.is_null() {
+                // SAFETY: unreachable, as in `lookup`: a `Uid` is not 0, so this entry was stored.
+                unsafe { core::hint::unreachable_unchecked() }
+            }
             return e.ptr.cast_mut();
         }
     }

@@ -332,7 +332,7 @@ pub(crate) fn count_pin(guard: &Guard) {
         p.set(n);
         n
     });
-    if n.is_ok_and(|n| n % PINS_BETWEEN_FLUSHES == 0) {
+    if n.map_or(false, |n| n % PINS_BETWEEN_FLUSHES == 0) {
         flush_own(guard);
     }
 }

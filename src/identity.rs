@@ -24,7 +24,7 @@ use core::fmt;
 use std::collections::BTreeMap;
 
 use crate::primitive::{
-    global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering,
+    global, lazy_global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering,
 };
 use crate::rank_local::Gate;
 
@@ -242,9 +242,10 @@ global! {
     static NEXT_RANK: AtomicU64 = AtomicU64::new(1);
 }
 
-global! {
+lazy_global! {
     /// The live ranks: threads that have an id and have not run their exit hook yet, and `Rank`s
-    /// not yet dropped; each with the inboxes that want its exit.
+    /// not yet dropped; each with the inboxes that want its exit. (Built on first use: an empty
+    /// `BTreeMap` can be built in a `static` only from Rust 1.66 on.)
     static LIVE: Mutex<BTreeMap<u64, Watchers>> = Mutex::new(BTreeMap::new());
 }
 
@@ -372,6 +373,15 @@ pub(crate) fn acting_as_self() -> bool {
     STATE.with(|s| s.current.get() == s.own.get())
 }
 
+/// `true` once this thread's own storage is being or has been torn down: its rank exists and its
+/// exit hook has begun (or could not be registered, the thread being torn down already). What
+/// std's `LocalKey::try_with` fails on. Always `false` under loom, where thread liveness is not
+/// tracked.
+#[inline]
+pub(crate) fn own_storage_torn_down() -> bool {
+    !cfg!(loom) && STATE.with(|s| s.own.get() != 0 && !s.alive.get())
+}
+
 /// This thread's own id, or 0 if it has none yet (a thread-cache lookup with rank 0 misses).
 #[inline]
 pub(crate) fn own_raw_or_zero() -> u64 {
@@ -480,7 +490,7 @@ pub(crate) fn add_exit_gate(gate: &Arc<Gate>) -> bool {
             let Some(mut hook) = h.take() else {
                 return false;
             };
-            if !hook.gates.last().is_some_and(|g| Arc::ptr_eq(g, gate)) {
+            if !hook.gates.last().map_or(false, |g| Arc::ptr_eq(g, gate)) {
                 if hook.gates.len() >= hook.prune_at {
                     hook.gates.retain(|g| g.is_open());
                     hook.gates.sort_unstable_by_key(|g| Arc::as_ptr(g) as usize);

@@ -4,11 +4,11 @@
 // No `unsafe` block here: the two `Sync` impls below are the only `unsafe`, each allowed by name.
 #![deny(unsafe_code)]
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 
 use crate::identity::{self, RankId};
 use crate::primitive::LocalKey;
-use crate::rank_local::{Iter, RankLocal, SyncValue};
+use crate::rank_local::{AccessError, Iter, RankLocal, SyncValue};
 
 /// A rank-local static declared with [`rank_local!`](crate::rank_local); use it like a
 /// `std::thread::LocalKey`, but with `'static` references and delegation.
@@ -60,11 +60,14 @@ impl<T: RankLocalValue> KeyStorage<T> {
 /// (whichever thread frees an instance drops it). The methods that can hand a value to another
 /// thread (`get`, `with`, `get_for`, `iter`, ...) require [`SyncValue`](crate::SyncValue) too;
 /// the owner-only family (`with_own`, `get_own`, ...) does not. Implemented for every such type.
-#[diagnostic::on_unimplemented(
-    message = "`rank_local!` values must be `Send`: `{Self}` is not",
-    label = "a `rank_local!` value must be `Send`",
-    note = "whichever thread frees an instance drops it: use a `Send` type (an `Arc` instead of an \
-            `Rc`, ...)"
+#[cfg_attr(
+    ranklocal_diagnostic,
+    diagnostic::on_unimplemented(
+        message = "`rank_local!` values must be `Send`: `{Self}` is not",
+        label = "a `rank_local!` value must be `Send`",
+        note = "whichever thread frees an instance drops it: use a `Send` type (an `Arc` instead of an \
+                `Rc`, ...)"
+    )
 )]
 pub trait RankLocalValue: Send + 'static {}
 
@@ -286,8 +289,38 @@ impl<T: Send + 'static> RankLocalKey<T> {
         self.inner.0.with_for(rank, f)
     }
 
+    /// The current rank's instance, created with the static's initializer on first use, lent to
+    /// `f` — or [`AccessError`] while this thread's own storage is being or has been torn down:
+    /// std's `LocalKey::try_with` (see [`RankLocal::try_with`]). To look without creating, use
+    /// [`with_existing`](Self::with_existing).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// rank_local! {
+    ///     static RETRIES: AtomicU32 = const { AtomicU32::new(5) };
+    /// }
+    ///
+    /// assert_eq!(RETRIES.try_with(|r| r.load(Ordering::Relaxed)), Ok(5)); // created, as std's
+    /// ```
+    ///
+    /// # Panics
+    /// As [`with`](Self::with).
+    #[inline]
+    #[track_caller]
+    pub fn try_with<R>(&'static self, f: impl FnOnce(&T) -> R) -> Result<R, AccessError>
+    where
+        T: SyncValue,
+    {
+        if identity::own_storage_torn_down() && identity::acting_as_self() {
+            return Err(AccessError::new());
+        }
+        Ok(self.with(f))
+    }
+
     /// The current rank's instance lent to `f` if it exists, else `None`: never creates one and
-    /// keeps nothing alive (see [`RankLocal::try_with`]).
+    /// keeps nothing alive (see [`RankLocal::with_existing`]).
     ///
     /// ```
     /// use ranklocal::rank_local;
@@ -297,12 +330,12 @@ impl<T: Send + 'static> RankLocalKey<T> {
     ///     static RETRIES: AtomicU32 = const { AtomicU32::new(0) };
     /// }
     ///
-    /// assert_eq!(RETRIES.try_with(|r| r.load(Ordering::Relaxed)), None);
+    /// assert_eq!(RETRIES.with_existing(|r| r.load(Ordering::Relaxed)), None);
     /// RETRIES.with(|r| r.fetch_add(1, Ordering::Relaxed));
-    /// assert_eq!(RETRIES.try_with(|r| r.load(Ordering::Relaxed)), Some(1));
+    /// assert_eq!(RETRIES.with_existing(|r| r.load(Ordering::Relaxed)), Some(1));
     /// ```
     #[inline]
-    pub fn try_with<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R>
+    pub fn with_existing<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R>
     where
         T: SyncValue,
     {
@@ -311,7 +344,7 @@ impl<T: Send + 'static> RankLocalKey<T> {
                 return Some(f(v));
             }
         }
-        self.inner.0.try_with(f)
+        self.inner.0.with_existing(f)
     }
 
     /// This OS thread's own instance, created with the static's initializer on first use, as a
@@ -394,8 +427,36 @@ impl<T: Send + 'static> RankLocalKey<T> {
         self.inner.0.with_own_or(self.init, f)
     }
 
-    /// This OS thread's own instance lent to `f` if it exists, else `None` (see
+    /// This OS thread's own instance, created with the static's initializer on first use, lent
+    /// to `f` — or [`AccessError`] while this thread's own storage is being or has been torn
+    /// down: std's `LocalKey::try_with`, on the owner-only family (see
     /// [`RankLocal::try_with_own`]).
+    ///
+    /// ```
+    /// use ranklocal::rank_local;
+    /// use std::cell::Cell;
+    ///
+    /// rank_local! {
+    ///     static COUNT: Cell<u32> = const { Cell::new(5) };
+    /// }
+    ///
+    /// // std's `COUNT.try_with(|c| c.get()).unwrap_or(0)` ported: 5, as with std
+    /// assert_eq!(COUNT.try_with_own(|c| c.get()).unwrap_or(0), 5);
+    /// ```
+    ///
+    /// # Panics
+    /// As [`with_own`](Self::with_own).
+    #[inline]
+    #[track_caller]
+    pub fn try_with_own<R>(&'static self, f: impl FnOnce(&T) -> R) -> Result<R, AccessError> {
+        if identity::own_storage_torn_down() {
+            return Err(AccessError::new());
+        }
+        Ok(self.with_own(f))
+    }
+
+    /// This OS thread's own instance lent to `f` if it exists, else `None` (see
+    /// [`RankLocal::with_own_existing`]).
     ///
     /// ```
     /// use ranklocal::rank_local;
@@ -405,13 +466,13 @@ impl<T: Send + 'static> RankLocalKey<T> {
     ///     static BUF: RefCell<String> = RefCell::new(String::new());
     /// }
     ///
-    /// assert_eq!(BUF.try_with_own(|b| b.borrow().len()), None); // nothing created
+    /// assert_eq!(BUF.with_own_existing(|b| b.borrow().len()), None); // nothing created
     /// BUF.with_own(|b| b.borrow_mut().push_str("hi"));
-    /// assert_eq!(BUF.try_with_own(|b| b.borrow().len()), Some(2));
+    /// assert_eq!(BUF.with_own_existing(|b| b.borrow().len()), Some(2));
     /// ```
     #[inline]
-    pub fn try_with_own<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R> {
-        self.inner.0.try_with_own(f)
+    pub fn with_own_existing<R>(&'static self, f: impl FnOnce(&T) -> R) -> Option<R> {
+        self.inner.0.with_own_existing(f)
     }
 
     /// Number of ranks with an instance (see [`RankLocal::len`]).
@@ -541,6 +602,160 @@ impl<T: Send + 'static> RankLocalKey<T> {
     }
 }
 
+/// std's `LocalKey<Cell<T>>` shortcuts, on the calling OS thread's own instance (created with the
+/// static's initializer): through the owner-only family, so a value reached only this way is
+/// dropped when its thread exits, before `join` returns. `get` is the rank-aware `&T` here, so
+/// std's `Cell` `get` is [`get_cell`](Self::get_cell).
+///
+/// ```
+/// use ranklocal::rank_local;
+/// use std::cell::Cell;
+///
+/// rank_local! {
+///     static DEPTH: Cell<u32> = const { Cell::new(0) };
+/// }
+///
+/// DEPTH.set(DEPTH.get_cell() + 1);
+/// assert_eq!(DEPTH.replace(5), 1);
+/// assert_eq!(DEPTH.take(), 5);
+/// assert_eq!(DEPTH.get_cell(), 0);
+/// ```
+impl<T: Send + 'static> RankLocalKey<Cell<T>> {
+    /// Sets this thread's own value to `value`; if the thread has none yet, `value` becomes it
+    /// without running the initializer (std's `LocalKey<Cell<T>>::set`).
+    #[inline]
+    #[track_caller]
+    pub fn set(&'static self, value: T) {
+        let value = Cell::new(Some(value));
+        self.inner.0.with_own_or(
+            || Cell::new(value.take().expect("ranklocal: set's value is used once")),
+            |c| {
+                if let Some(v) = value.take() {
+                    c.set(v);
+                }
+            },
+        );
+    }
+
+    /// A copy of this thread's own value (std's `LocalKey<Cell<T>>::get`).
+    #[inline]
+    #[track_caller]
+    pub fn get_cell(&'static self) -> T
+    where
+        T: Copy,
+    {
+        self.with_own(Cell::get)
+    }
+
+    /// Replaces this thread's own value, returning the old one (std's `LocalKey<Cell<T>>::replace`).
+    #[inline]
+    #[track_caller]
+    pub fn replace(&'static self, value: T) -> T {
+        self.with_own(|c| c.replace(value))
+    }
+
+    /// Takes this thread's own value, leaving `T::default()` (std's `LocalKey<Cell<T>>::take`).
+    #[inline]
+    #[track_caller]
+    pub fn take(&'static self) -> T
+    where
+        T: Default,
+    {
+        self.with_own(Cell::take)
+    }
+}
+
+/// std's `LocalKey<RefCell<T>>` shortcuts, on the calling OS thread's own instance (created with
+/// the static's initializer): through the owner-only family, so a value reached only this way is
+/// dropped when its thread exits, before `join` returns.
+///
+/// ```
+/// use ranklocal::rank_local;
+/// use std::cell::RefCell;
+///
+/// rank_local! {
+///     static SPANS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+/// }
+///
+/// SPANS.with_borrow_mut(|s| s.push(1));
+/// assert_eq!(SPANS.with_borrow(|s| s.len()), 1);
+/// assert_eq!(SPANS.replace(vec![2, 3]), [1]);
+/// assert_eq!(SPANS.take(), [2, 3]);
+/// SPANS.set(vec![4]);
+/// assert_eq!(SPANS.with_borrow(|s| s[0]), 4);
+/// ```
+impl<T: Send + 'static> RankLocalKey<RefCell<T>> {
+    /// Lends this thread's own value to `f`, borrowed (std's `LocalKey<RefCell<T>>::with_borrow`).
+    ///
+    /// # Panics
+    /// If the value is mutably borrowed, and as [`with_own`](Self::with_own).
+    #[inline]
+    #[track_caller]
+    pub fn with_borrow<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
+        self.with_own(|c| f(&c.borrow()))
+    }
+
+    /// Lends this thread's own value to `f`, mutably borrowed (std's
+    /// `LocalKey<RefCell<T>>::with_borrow_mut`).
+    ///
+    /// # Panics
+    /// If the value is borrowed, and as [`with_own`](Self::with_own).
+    #[inline]
+    #[track_caller]
+    pub fn with_borrow_mut<R>(&'static self, f: impl FnOnce(&mut T) -> R) -> R {
+        self.with_own(|c| f(&mut c.borrow_mut()))
+    }
+
+    /// Sets this thread's own value to `value`; if the thread has none yet, `value` becomes it
+    /// without running the initializer (std's `LocalKey<RefCell<T>>::set`).
+    ///
+    /// # Panics
+    /// If the value is borrowed, and as [`with_own`](Self::with_own).
+    #[inline]
+    #[track_caller]
+    pub fn set(&'static self, value: T) {
+        let value = Cell::new(Some(value));
+        self.inner.0.with_own_or(
+            || RefCell::new(value.take().expect("ranklocal: set's value is used once")),
+            |c| {
+                if let Some(v) = value.take() {
+                    *c.borrow_mut() = v;
+                }
+            },
+        );
+    }
+
+    /// Replaces this thread's own value, returning the old one (std's
+    /// `LocalKey<RefCell<T>>::replace`).
+    ///
+    /// # Panics
+    /// If the value is borrowed, and as [`with_own`](Self::with_own).
+    #[inline]
+    #[track_caller]
+    pub fn replace(&'static self, value: T) -> T {
+        self.with_own(|c| c.replace(value))
+    }
+
+    /// Takes this thread's own value, leaving `T::default()` (std's
+    /// `LocalKey<RefCell<T>>::take`).
+    ///
+    /// # Panics
+    /// If the value is borrowed, and as [`with_own`](Self::with_own).
+    #[inline]
+    #[track_caller]
+    pub fn take(&'static self) -> T
+    where
+        T: Default,
+    {
+        self.with_own(RefCell::take)
+    }
+}
+
+// Unwind safety as the `RankLocal` a key holds (and the `thread_local` crate's `ThreadLocal`): the
+// slot only caches a reference to this thread's own instance.
+impl<T: core::panic::UnwindSafe + 'static> core::panic::UnwindSafe for RankLocalKey<T> {}
+impl<T: core::panic::UnwindSafe + 'static> core::panic::RefUnwindSafe for RankLocalKey<T> {}
+
 /// Re-exports for the expansion of [`rank_local!`](crate::rank_local); not public API.
 #[doc(hidden)]
 pub mod __private {
@@ -597,11 +812,19 @@ macro_rules! rank_local {
     () => {};
     // std's `const { EXPR }` form: evaluated at compile time, as in `thread_local!`.
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block; $($rest:tt)*) => {
-        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, { const $init });
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, {
+            // a `const` item, not an inline `const { }` block (Rust 1.79): evaluated at compile time
+            const __RANKLOCAL_INIT: $t = $init;
+            __RANKLOCAL_INIT
+        });
         $crate::rank_local!($($rest)*);
     };
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block) => {
-        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, { const $init });
+        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, {
+            // a `const` item, not an inline `const { }` block (Rust 1.79): evaluated at compile time
+            const __RANKLOCAL_INIT: $t = $init;
+            __RANKLOCAL_INIT
+        });
     };
     ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
         $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, $init);

@@ -229,6 +229,7 @@ mod compile_fail_tests;
 mod counters;
 mod delegation;
 mod erased;
+mod fifo;
 mod identity;
 #[cfg(not(loom))]
 mod key;
@@ -243,7 +244,7 @@ pub use crate::delegation::{on_behalf_of, OnBehalfExt, OnBehalfOf};
 pub use crate::identity::{Rank, RankId};
 #[cfg(not(loom))]
 pub use crate::key::RankLocalKey;
-pub use crate::rank_local::{Iter, IterMut, RankLocal, Reader, SyncValue};
+pub use crate::rank_local::{AccessError, Iter, IterMut, RankLocal, Reader, SyncValue};
 
 #[doc(hidden)]
 #[cfg(not(loom))]

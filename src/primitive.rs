@@ -56,13 +56,14 @@ macro_rules! global {
 }
 pub(crate) use global;
 
-/// Declares a process-wide global built on first use: a `std::sync::LazyLock` in normal builds, a
-/// `loom::lazy_static!` under loom (reset per execution).
+/// Declares a process-wide global built on first use: a `once_cell::sync::Lazy` (what std's
+/// `LazyLock` became; std's needs Rust 1.80) in normal builds, a `loom::lazy_static!` under loom
+/// (reset per execution).
 macro_rules! lazy_global {
     ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
         #[cfg(not(loom))]
         $(#[$attr])*
-        static $name: std::sync::LazyLock<$ty> = std::sync::LazyLock::new(|| $init);
+        static $name: once_cell::sync::Lazy<$ty> = once_cell::sync::Lazy::new(|| $init);
         #[cfg(loom)]
         loom::lazy_static! {
             $(#[$attr])*

@@ -1,5 +1,5 @@
 //! What users of std's `thread_local!`, the `thread_local` crate, tokio and tracing reach for:
-//! `with_or` and `try_with`, the `rank_local!` key's methods, panics at the caller's line, the
+//! `with_or` and `with_existing`, the `rank_local!` key's methods, panics at the caller's line, the
 //! iterator traits, `OnBehalfOf: Clone`, `From<&Rank> for RankId`. Stamped over every backend
 //! where a backend is involved.
 
@@ -52,23 +52,23 @@ fn with_or_builds_once_and_lends<B: Backend>() {
     assert_eq!(rl.reclaim_exited(), 1);
 }
 
-fn try_with_never_creates_and_keeps_nothing<B: Backend>() {
+fn with_existing_never_creates_and_keeps_nothing<B: Backend>() {
     let rl = RankLocal::<AtomicU32, B>::new();
-    assert_eq!(rl.try_with(|v| v.load(Ordering::Relaxed)), None);
-    assert!(rl.is_empty(), "try_with created an instance");
+    assert_eq!(rl.with_existing(|v| v.load(Ordering::Relaxed)), None);
+    assert!(rl.is_empty(), "with_existing created an instance");
     let job = Rank::new();
     on_behalf_of(job.id(), || {
-        assert_eq!(rl.try_with(|_| ()), None);
+        assert_eq!(rl.with_existing(|_| ()), None);
         rl.with(|v| v.store(4, Ordering::Relaxed));
-        assert_eq!(rl.try_with(|v| v.load(Ordering::Relaxed)), Some(4));
+        assert_eq!(rl.with_existing(|v| v.load(Ordering::Relaxed)), Some(4));
     });
     assert_eq!(
-        rl.try_with(|_| ()),
+        rl.with_existing(|_| ()),
         None,
         "another rank's instance was lent"
     );
     drop(job);
-    assert_eq!(rl.reclaim_exited(), 1, "try_with escaped the instance");
+    assert_eq!(rl.reclaim_exited(), 1, "with_existing escaped the instance");
 }
 
 fn iterators_are_fused_and_iter_mut_exact<B: Backend>() {
@@ -154,7 +154,7 @@ fn reentrant_init_panics_at_the_callers_line<B: Backend>() {
 
 common::backend_tests! {
     with_or_builds_once_and_lends,
-    try_with_never_creates_and_keeps_nothing,
+    with_existing_never_creates_and_keeps_nothing,
     iterators_are_fused_and_iter_mut_exact,
     iter_moves_between_threads,
     reentrant_init_panics_at_the_callers_line,
@@ -197,15 +197,15 @@ fn a_keys_is_empty_follows_its_instances() {
     );
 }
 
-/// The key has what the object has: `len`, `is_empty`, `for_each`, `try_with`,
+/// The key has what the object has: `len`, `is_empty`, `for_each`, `with_existing`,
 /// `reclaim_exited`, `reclaim_exited_blocking`, and `Debug` (what `{:?}` of the `RankLocal`
 /// prints).
 #[test]
 fn a_key_has_what_the_object_has() {
     let before = HITS.len();
-    assert_eq!(HITS.try_with(|h| h.load(Ordering::Relaxed)), None);
+    assert_eq!(HITS.with_existing(|h| h.load(Ordering::Relaxed)), None);
     HITS.with(|h| h.fetch_add(2, Ordering::Relaxed));
-    assert_eq!(HITS.try_with(|h| h.load(Ordering::Relaxed)), Some(2));
+    assert_eq!(HITS.with_existing(|h| h.load(Ordering::Relaxed)), Some(2));
     let job = Rank::new();
     on_behalf_of(job.id(), || {
         HITS.with(|h| h.fetch_add(5, Ordering::Relaxed))

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Waker};
+use std::task::Context;
 use std::thread;
 
 use common::{
@@ -261,7 +261,8 @@ fn on_behalf_of_drops_a_polled_future_inside_the_rank() {
         }
         .on_behalf_of(rank),
     );
-    let mut cx = Context::from_waker(Waker::noop());
+    let waker = common::noop_waker();
+    let mut cx = Context::from_waker(&waker);
     assert!(fut.as_mut().poll(&mut cx).is_pending());
     drop(fut); // cancelled while pending: the guard lives in the future's state
     assert_eq!(

@@ -29,7 +29,7 @@ fn cited_in(dir: &Path, out: &mut BTreeSet<String>, blocks: &mut usize, citing: 
             cited_in(&path, out, blocks, citing);
             continue;
         }
-        if path.extension().is_none_or(|e| e != "rs") {
+        if path.extension().map_or(true, |e| e != "rs") {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();

@@ -126,14 +126,17 @@ impl Drop for Tally<'_> {
 fn the_family_on_refcell_and_cell<B: Backend>() {
     let rl = RankLocal::<RefCell<Vec<u32>>, B>::new();
     assert!(
-        rl.try_with_own(|_| ()).is_none(),
+        rl.with_own_existing(|_| ()).is_none(),
         "try_with_own created one"
     );
     assert!(rl.try_get_own().is_none(), "try_get_own created one");
     assert!(rl.is_empty());
     rl.with_own(|v| v.borrow_mut().push(1));
     rl.with_own_or(|| unreachable!("exists"), |v| v.borrow_mut().push(2));
-    assert_eq!(rl.try_with_own(|v| v.borrow().clone()), Some(vec![1, 2]));
+    assert_eq!(
+        rl.with_own_existing(|v| v.borrow().clone()),
+        Some(vec![1, 2])
+    );
     let r = rl.get_own();
     assert!(std::ptr::eq(r, rl.get_own_or(|| unreachable!("exists"))));
     assert!(std::ptr::eq(r, rl.try_get_own().unwrap()));
@@ -143,12 +146,12 @@ fn the_family_on_refcell_and_cell<B: Backend>() {
     let cells = RankLocal::<Cell<u64>, B>::new();
     cells.get_own_or(|| Cell::new(40)).set(41);
     cells.with_own(|c| c.set(c.get() + 1));
-    assert_eq!(cells.try_with_own(Cell::get), Some(42));
+    assert_eq!(cells.with_own_existing(Cell::get), Some(42));
     // every thread has its own
     thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| {
-                assert_eq!(cells.try_with_own(Cell::get), None);
+                assert_eq!(cells.with_own_existing(Cell::get), None);
                 cells.with_own(|c| c.set(7));
                 assert_eq!(cells.get_own().get(), 7);
             });
@@ -164,7 +167,7 @@ fn own_inside_on_behalf_of_is_the_os_threads_own<B: Backend>() {
     on_behalf_of(job.id(), || {
         rl.with_own(|c| c.set(c.get() + 1));
         assert_eq!(rl.get_own().get(), 2);
-        assert_eq!(rl.try_with_own(Cell::get), Some(2));
+        assert_eq!(rl.with_own_existing(Cell::get), Some(2));
     });
     assert_eq!(rl.len(), 1, "the job got an instance");
     // the initializer runs as the rank it builds for, the thread's own
@@ -557,7 +560,7 @@ fn a_keys_own_family_and_exit_drop() {
         KEY_SPANS.try_get_own().unwrap()
     ));
     on_behalf_of(job.id(), || {
-        assert_eq!(KEY_SPANS.try_with_own(|s| s.borrow().len()), Some(2));
+        assert_eq!(KEY_SPANS.with_own_existing(|s| s.borrow().len()), Some(2));
         assert_eq!(KEY_SPANS.get_own().borrow().len(), 2);
     });
     assert_eq!(KEY_SPANS.len(), 1, "the job got an instance");
@@ -576,5 +579,5 @@ fn a_keys_own_family_and_exit_drop() {
         t.join().unwrap();
     }
     assert_eq!(KEY_SINK.load(SeqCst), THREADS * PER_THREAD);
-    assert_eq!(KEY_TALLY.try_with_own(|t| t.0.get()), None);
+    assert_eq!(KEY_TALLY.with_own_existing(|t| t.0.get()), None);
 }

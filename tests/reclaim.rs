@@ -126,14 +126,13 @@ fn every_freeing_path_drops_as_the_values_rank<B: Backend>() {
 /// A value's `Drop` that touches its rank's other rank-local state reaches that rank's instance,
 /// not the freeing thread's (as a work handle deregistering itself would).
 fn a_drop_reaches_its_own_ranks_state<B: Backend>() {
-    static REGISTRY: std::sync::OnceLock<RankLocal<Mutex<Vec<u32>>>> = std::sync::OnceLock::new();
-    let registry = REGISTRY.get_or_init(RankLocal::new);
+    static REGISTRY: RankLocal<Mutex<Vec<u32>>> = RankLocal::new();
+    let registry = &REGISTRY;
     struct Handle(u32);
     impl Drop for Handle {
         fn drop(&mut self) {
             // a plain access as the current rank: the value's own, if dropped as it
-            let registry = REGISTRY.get().unwrap();
-            registry.with(|r| r.lock().unwrap().retain(|&h| h != self.0));
+            REGISTRY.with(|r| r.lock().unwrap().retain(|&h| h != self.0));
         }
     }
     let rl = RankLocal::<Option<Handle>, B>::new();

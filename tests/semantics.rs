@@ -383,7 +383,7 @@ fn ranks_in_distinct_leaves(n: usize) -> (Vec<Rank>, Vec<RankId>) {
     let mut picked: Vec<RankId> = Vec::new();
     for r in &made {
         let block = r.id().as_u64() / 64;
-        if picked.last().is_none_or(|p| p.as_u64() / 64 != block) {
+        if picked.last().map_or(true, |p| p.as_u64() / 64 != block) {
             picked.push(r.id());
         }
     }

@@ -178,7 +178,11 @@ fn s8_access_from_a_thread_local_destructor_is_defined<B: Backend>() {
 // Scoped access after the exit hook
 
 /// Drops counted through a `'static` counter (for leaked statics and TLS destructors).
-static STATIC_DROPS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+static STATIC_DROPS: [AtomicUsize; 3] = [
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+];
 
 #[derive(Default)]
 struct StaticCounted(usize);

@@ -58,7 +58,29 @@ impl Hasher for RankHasher {
 pub struct Baseline;
 
 #[doc(hidden)]
-pub type BaselineMap = RwLock<HashMap<u64, Erased, BuildHasherDefault<RankHasher>>>;
+pub type BaselineMap = RwLock<Table>;
+
+/// The C++ design's `unordered_map`, absent until the first insert: an empty `HashMap` can be
+/// built in a `const` (what `RankLocal::new` needs, for a `static`) only from Rust 1.85 on, and
+/// the crate builds on 1.65. An empty `HashMap` allocates nothing either way.
+#[doc(hidden)]
+#[derive(Default)]
+pub struct Table(Option<HashMap<u64, Erased, BuildHasherDefault<RankHasher>>>);
+
+impl Table {
+    #[inline]
+    fn get(&self, rank: u64) -> Option<Erased> {
+        self.0.as_ref()?.get(&rank).copied()
+    }
+
+    fn map(&mut self) -> &mut HashMap<u64, Erased, BuildHasherDefault<RankHasher>> {
+        self.0.get_or_insert_with(HashMap::default)
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, HashMap::len)
+    }
+}
 
 impl Sealed for Baseline {}
 
@@ -71,23 +93,23 @@ impl Backend for Baseline {
 
     #[cfg(not(loom))]
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
-    const EMPTY: BaselineMap = RwLock::new(HashMap::with_hasher(BuildHasherDefault::new()));
+    const EMPTY: BaselineMap = RwLock::new(Table(None));
 
     #[cfg(loom)]
     fn empty() -> BaselineMap {
-        RwLock::new(HashMap::with_hasher(BuildHasherDefault::default()))
+        RwLock::new(Table(None))
     }
 
     #[inline]
     fn get(map: &BaselineMap, rank: u64) -> Option<Erased> {
-        read(map).get(&rank).copied()
+        read(map).get(rank)
     }
 
     #[inline]
     fn get_with<R>(map: &BaselineMap, rank: u64, f: impl FnOnce(Erased) -> R) -> Option<R> {
         let m = read(map);
         // under the read lock: the sweeper's remove waits for it (I33)
-        let r = m.get(&rank).copied().map(f);
+        let r = m.get(rank).map(f);
         drop(m);
         r
     }
@@ -106,11 +128,12 @@ impl Backend for Baseline {
     }
 
     fn insert(map: &BaselineMap, rank: u64, ptr: Erased) {
-        write(map).insert(rank, ptr);
+        write(map).map().insert(rank, ptr);
     }
 
     fn remove(map: &BaselineMap, ranks: &[u64]) -> usize {
         let mut m = write(map);
+        let m = m.map();
         ranks.iter().filter(|r| m.remove(r).is_some()).count()
     }
 
@@ -121,12 +144,14 @@ impl Backend for Baseline {
     /// Copies the entries out under the read lock: holding the lock while the caller iterates
     /// would deadlock a `get` that inserts from inside the loop.
     fn iter(map: &BaselineMap) -> Self::Iter<'_> {
-        let entries: Vec<_> = read(map).iter().map(|(&k, &p)| (k, p)).collect();
+        let m = read(map);
+        let entries: Vec<_> = m.0.iter().flatten().map(|(&k, &p)| (k, p)).collect();
+        drop(m);
         entries.into_iter()
     }
 
     fn retain(map: &mut BaselineMap, keep: &mut dyn FnMut(u64) -> bool) -> Vec<(u64, Erased)> {
-        let map = rwlock_mut(map);
+        let map = rwlock_mut(map).map();
         let gone: Vec<u64> = map.keys().copied().filter(|&k| !keep(k)).collect();
         let removed = gone
             .into_iter()
@@ -152,7 +177,13 @@ mod tests {
     )]
     fn rank_ids_hash_to_distinct_spread_values() {
         let build = BuildHasherDefault::<RankHasher>::default();
-        let hashes: Vec<u64> = (1..=4096u64).map(|id| build.hash_one(id)).collect();
+        let hashes: Vec<u64> = (1..=4096u64)
+            .map(|id| {
+                let mut h = build.build_hasher();
+                h.write_u64(id);
+                h.finish()
+            })
+            .collect();
         let mut distinct = hashes.clone();
         distinct.sort_unstable();
         distinct.dedup();

@@ -418,7 +418,8 @@ impl Backend for Epoch {
         // publish or fill meanwhile (I16), so the version taken is frozen before any later write
         // (I38) and stays a snapshot. No user code runs while the mutex is held.
         let mut w = lock(&map.reclaimer);
-        let version = map.published(&mut w).inspect(|v| {
+        let version = map.published(&mut w);
+        if let Some(v) = version {
             // SAFETY: alive while the reclaimer lock is held (I16, I17).
             let v = unsafe { v.as_ref() };
             w.freeze(v.v.seq);
@@ -430,7 +431,7 @@ impl Backend for Epoch {
             if before > isize::MAX as usize {
                 std::process::abort();
             }
-        });
+        }
         drop(w); // the iterator holds its version by count (I15)
         EpochIter {
             version,

@@ -1,5 +1,6 @@
 //! Construction and access: `new`, the lookups (`get`, `get_or`, `get_or_try`, `try_get`,
-//! `get_for`), scoped access (`with`, `with_or`, `try_with`, `with_for`) and `len`, each `#[inline]`
+//! `get_for`), scoped access (`with`, `with_or`, `try_with`, `with_existing`, `with_for`) and
+//! `len`, each `#[inline]`
 //! thread-cache probe followed by its `#[cold]` slow path. First in the module tree, so that
 //! rustdoc lists these methods first on the `RankLocal` page.
 
@@ -7,8 +8,9 @@
 
 use core::convert::Infallible;
 
+use super::infallible;
 use super::raw::{AnyRank, Escaped, Locked, OwnerTag, Reach};
-use super::{RankLocal, SyncValue};
+use super::{AccessError, RankLocal, SyncValue};
 use crate::backend::Backend;
 use crate::collector;
 use crate::counters;
@@ -38,6 +40,23 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[must_use]
     pub fn new() -> Self {
         empty_rank_local!(B::empty())
+    }
+
+    /// An empty `RankLocal`, for code ported from the `thread_local` crate's
+    /// `ThreadLocal::with_capacity`. `capacity` is a hint only, and this map ignores it: its
+    /// snapshot grows one trie path per rank, so there is no table to pre-size, and a first
+    /// touch costs the same with or without it.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    ///
+    /// let per_worker: RankLocal<Vec<u8>> = RankLocal::with_capacity(16);
+    /// assert!(per_worker.is_empty());
+    /// ```
+    #[must_use]
+    pub fn with_capacity(capacity: usize) -> Self {
+        let _ = capacity;
+        Self::new()
     }
 
     /// The current rank's instance, created with `T::default()` on first use.
@@ -131,7 +150,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     where
         T: SyncValue,
     {
-        let Ok(v) = self.get_or_try(|| Ok::<T, Infallible>(init()));
+        let v = infallible(self.get_or_try(|| Ok::<T, Infallible>(init())));
         v
     }
 
@@ -363,6 +382,37 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         }
     }
 
+    /// The current rank's instance, created with `T::default()` on first use, lent to `f` — or
+    /// [`AccessError`] while this thread's own storage is being or has been torn down: std's
+    /// `LocalKey::try_with`. It fails only when the thread acts for its own rank from a
+    /// thread-local destructor that runs after the crate's exit work (another rank's instance,
+    /// inside [`on_behalf_of`](crate::on_behalf_of), is still reached). Scoped access as
+    /// [`with`](Self::with); to look without creating, use
+    /// [`with_existing`](Self::with_existing).
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    ///
+    /// let hits: RankLocal<AtomicU32> = RankLocal::new();
+    /// assert_eq!(hits.try_with(|h| h.fetch_add(1, Ordering::Relaxed)), Ok(0)); // created
+    /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), Ok(1));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`with`](Self::with).
+    #[inline]
+    #[track_caller]
+    pub fn try_with<R>(&self, f: impl FnOnce(&T) -> R) -> Result<R, AccessError>
+    where
+        T: Default + SyncValue,
+    {
+        if identity::own_storage_torn_down() && identity::acting_as_self() {
+            return Err(AccessError::new());
+        }
+        Ok(self.with(f))
+    }
+
     /// The current rank's instance lent to `f` if it exists, else `None`: never creates one, and,
     /// like [`with`](Self::with), hands out no `&T` that outlives `f` (the instance stays
     /// reclaimable after its rank exits). The scoped form of [`try_get`](Self::try_get), as
@@ -373,13 +423,13 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// use std::sync::atomic::{AtomicU32, Ordering};
     ///
     /// let hits: RankLocal<AtomicU32> = RankLocal::new();
-    /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), None); // nothing created
+    /// assert_eq!(hits.with_existing(|h| h.load(Ordering::Relaxed)), None); // nothing created
     /// assert!(hits.is_empty());
     /// hits.with(|h| h.fetch_add(1, Ordering::Relaxed));
-    /// assert_eq!(hits.try_with(|h| h.load(Ordering::Relaxed)), Some(1));
+    /// assert_eq!(hits.with_existing(|h| h.load(Ordering::Relaxed)), Some(1));
     /// ```
     #[inline]
-    pub fn try_with<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R>
+    pub fn with_existing<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R>
     where
         T: SyncValue,
     {

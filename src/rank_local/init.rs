@@ -12,7 +12,7 @@
 
 #![deny(unsafe_code)]
 
-use core::cell::OnceCell;
+use once_cell::unsync::OnceCell;
 
 use super::raw::{self, Inst, Locked, Pinned, Reach};
 use super::reclaim::{Ready, SweepWhen};

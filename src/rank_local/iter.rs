@@ -134,6 +134,10 @@ impl<'a, T: 'a, B: Backend> Iterator for Iter<'a, T, B> {
 /// `Vec`).
 impl<'a, T: 'a, B: Backend> FusedIterator for Iter<'a, T, B> {}
 
+// Unwind safety as the `RankLocal` it walks: a walk only reads one snapshot.
+impl<T: core::panic::UnwindSafe, B: Backend> core::panic::UnwindSafe for Iter<'_, T, B> {}
+impl<T: core::panic::UnwindSafe, B: Backend> core::panic::RefUnwindSafe for Iter<'_, T, B> {}
+
 /// Iterator over `(rank, &mut instance)`; see [`RankLocal::iter_mut`].
 ///
 /// *Invariant* in `T`, like `core::slice::IterMut`: it hands out `&mut T`, through which a

@@ -46,6 +46,7 @@ use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
 
 use self::init::Claim;
 pub use self::iter::{Iter, IterMut};
+pub use self::local_key::AccessError;
 pub use self::own::SyncValue;
 pub(crate) use self::raw::{run_exit_work, Gate};
 pub use self::reader::Reader;
@@ -68,6 +69,15 @@ pub(crate) fn fresh_uid() -> cache::Uid {
         if let Some(uid) = cache::Uid::fresh(uid) {
             return uid;
         }
+    }
+}
+
+/// The value of a `Result` that cannot be an error (`let Ok(v) = r;` needs Rust 1.82).
+#[inline(always)]
+fn infallible<T>(r: Result<T, core::convert::Infallible>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(never) => match never {},
     }
 }
 
@@ -180,6 +190,13 @@ macro_rules! empty_rank_local {
     };
 }
 
+// Unwind safety as the `thread_local` crate's `ThreadLocal<T: Send + UnwindSafe>`: a panic that
+// unwinds out of any method leaves the map as it was or with the rank's instance published (a
+// claim is released on unwind, `init`), never half-written, so observing a `RankLocal` after a
+// caught panic shows no broken invariant of its own; what `T` holds is `T`'s unwind safety.
+impl<T: core::panic::UnwindSafe, B: Backend> core::panic::UnwindSafe for RankLocal<T, B> {}
+impl<T: core::panic::UnwindSafe, B: Backend> core::panic::RefUnwindSafe for RankLocal<T, B> {}
+
 impl<T: Send, B: Backend> Default for RankLocal<T, B> {
     fn default() -> Self {
         Self::new()
@@ -191,6 +208,8 @@ mod access;
 mod iter;
 mod kept;
 mod own;
+// after `own`: std `LocalKey`'s shortcuts, listed after the family they go through
+mod local_key;
 mod reader;
 mod reclaim;
 mod scoped;

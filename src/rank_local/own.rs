@@ -1,5 +1,6 @@
 //! Owner-only access — `get_own`, `get_own_or`, `try_get_own`, `with_own`, `with_own_or`,
-//! `try_with_own` — and dropping, at its thread's exit, an instance only `with_own` reached (I39).
+//! `try_with_own`, `with_own_existing` — and dropping, at its thread's exit, an instance only
+//! `with_own` reached (I39).
 //!
 //! The family always reaches the calling OS thread's own instance (`identity::own_raw`), also
 //! inside `on_behalf_of`, so it needs `T: Send` only: no other thread can reach the instance but
@@ -15,9 +16,10 @@
 use core::convert::Infallible;
 use core::fmt;
 
+use super::infallible;
 use super::init::Access;
 use super::raw::{Inst, LiveOwner, OwnRank, OwnerTag, Pinned};
-use super::RankLocal;
+use super::{AccessError, RankLocal};
 use crate::backend::Backend;
 use crate::identity;
 
@@ -35,14 +37,18 @@ use crate::identity;
 /// rl.get_or(|| 5);
 /// assert_eq!(sum(&rl), 5);
 /// ```
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not `Sync`: this `RankLocal` method can hand the value to another thread",
-    label = "needs a `Sync` value: another thread may read it",
-    note = "for state only its own thread touches (a `RefCell`, a `Cell`), use the owner-only \
-            methods `with_own`/`get_own` (also `with_own_or`, `try_with_own`, `get_own_or`, \
-            `try_get_own`): they reach the calling thread's own instance and need `Send` only",
-    note = "for state other threads read (`get_for`, `iter`, `on_behalf_of`), use a thread-safe \
-            type: a `Mutex`, an `RwLock`, an atomic"
+#[cfg_attr(
+    ranklocal_diagnostic,
+    diagnostic::on_unimplemented(
+        message = "`{Self}` is not `Sync`: this `RankLocal` method can hand the value to another thread",
+        label = "needs a `Sync` value: another thread may read it",
+        note = "for state only its own thread touches (a `RefCell`, a `Cell`), use the owner-only \
+                methods `with_own`/`get_own` (also `with_own_or`, `get_own_or`; `try_get_own` and \
+                `with_own_existing` never create, as the `thread_local` crate's `get()`): they \
+                reach the calling thread's own instance and need `Send` only",
+        note = "for state other threads read (`get_for`, `iter`, `on_behalf_of`), use a thread-safe \
+                type: a `Mutex`, an `RwLock`, an atomic"
+    )
 )]
 pub trait SyncValue: Send + Sync {}
 
@@ -124,7 +130,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         };
         let init = || Ok::<T, Infallible>(as_own(rank, init));
         // escaped, and cached under the thread's own rank
-        let Ok(v) = self.first_touch_escaped::<OwnRank, _>(rank, init);
+        let v = infallible(self.first_touch_escaped::<OwnRank, _>(rank, init));
         v
     }
 
@@ -154,7 +160,8 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// the owner-only form of `std::thread::LocalKey::with`, for a `RefCell`, a `Cell` or any
     /// `T: Send`. It ignores [`on_behalf_of`](crate::on_behalf_of).
     ///
-    /// An instance only ever reached by `with_own` (and [`try_with_own`](Self::try_with_own)) is
+    /// An instance only ever reached by `with_own` (and [`try_with_own`](Self::try_with_own),
+    /// [`with_own_existing`](Self::with_own_existing)) is
     /// **dropped when its thread exits, on that thread, before `join` returns**, as std's
     /// `thread_local!` drops its values; one also reached by a rank-aware call is dropped as
     /// that call says ([`with`](Self::with): by a sweep after the rank exits; [`get`](Self::get)
@@ -226,6 +233,35 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         }
     }
 
+    /// This OS thread's own instance, created with `T::default()` on first use, lent to `f` — or
+    /// [`AccessError`] while this thread's own storage is being or has been torn down (from a
+    /// thread-local destructor that runs after the crate's exit work): std's
+    /// `LocalKey::try_with`, on the owner-only family. To look without creating, use
+    /// [`with_own_existing`](Self::with_own_existing).
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::cell::Cell;
+    ///
+    /// let rl: RankLocal<Cell<u32>> = RankLocal::new();
+    /// assert_eq!(rl.try_with_own(|c| c.replace(5)), Ok(0)); // created, as std's does
+    /// assert_eq!(rl.try_with_own(Cell::get), Ok(5));
+    /// ```
+    ///
+    /// # Panics
+    /// As [`with_own`](Self::with_own).
+    #[inline]
+    #[track_caller]
+    pub fn try_with_own<R>(&self, f: impl FnOnce(&T) -> R) -> Result<R, AccessError>
+    where
+        T: Default,
+    {
+        if identity::own_storage_torn_down() {
+            return Err(AccessError::new());
+        }
+        Ok(self.with_own(f))
+    }
+
     /// This OS thread's own instance lent to `f` if it exists, else `None`: never creates one and
     /// hands out no `&T` that outlives `f`.
     ///
@@ -234,12 +270,12 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// use std::cell::Cell;
     ///
     /// let rl: RankLocal<Cell<u32>> = RankLocal::new();
-    /// assert_eq!(rl.try_with_own(Cell::get), None);
+    /// assert_eq!(rl.with_own_existing(Cell::get), None);
     /// rl.with_own(|c| c.set(9));
-    /// assert_eq!(rl.try_with_own(Cell::get), Some(9));
+    /// assert_eq!(rl.with_own_existing(Cell::get), Some(9));
     /// ```
     #[inline]
-    pub fn try_with_own<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
+    pub fn with_own_existing<R>(&self, f: impl FnOnce(&T) -> R) -> Option<R> {
         let rank = identity::own_raw_or_zero();
         match self.with_owner_entry(rank, OwnerTag::Own, f) {
             Ok(r) => Some(r),
@@ -247,7 +283,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         }
     }
 
-    /// `with_own`/`try_with_own` after the own entry missed: the live owner looks up (or, with
+    /// `with_own`/`with_own_existing` after the own entry missed: the live owner looks up (or, with
     /// `init`, creates OWNED) its instance and caches it; a thread past its exit hook (a late
     /// thread-local destructor) reads pinned, and creates a SCOPED instance that a later sweep
     /// drops (I39).
@@ -269,7 +305,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             let i = match found {
                 Some(i) => i,
                 None => {
-                    let Ok(i) = self.first_touch_owner(&owner, init?, Access::Own);
+                    let i = infallible(self.first_touch_owner(&owner, init?, Access::Own));
                     i
                 }
             };
@@ -290,14 +326,14 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             return Some(f(v));
         }
         drop(pin);
-        let Ok(r) = self.first_touch_scoped::<OwnRank, _, _>(rank, init?, f);
+        let r = infallible(self.first_touch_scoped::<OwnRank, _, _>(rank, init?, f));
         Some(r)
     }
 }
 
-/// Shows the count and the calling thread's own value (as [`RankLocal::try_with_own`] reaches it:
-/// never another thread's, never escaping, never creating), as the `thread_local` crate's
-/// `Debug` does; so a struct holding a `RankLocal` of a `RefCell` can derive `Debug`.
+/// Shows the count and the calling thread's own value (as [`RankLocal::with_own_existing`]
+/// reaches it: never another thread's, never escaping, never creating), as the `thread_local`
+/// crate's `Debug` does; so a struct holding a `RankLocal` of a `RefCell` can derive `Debug`.
 ///
 /// ```
 /// use ranklocal::RankLocal;
@@ -315,7 +351,7 @@ impl<T: Send + fmt::Debug, B: Backend> fmt::Debug for RankLocal<T, B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let len = self.len();
         let mut shown = None;
-        let r = self.try_with_own(|v| {
+        let r = self.with_own_existing(|v| {
             let r = f
                 .debug_struct("RankLocal")
                 .field("backend", &B::NAME)

@@ -84,7 +84,7 @@ fn holds_before<T: Send, B: Backend>(
     in_drop: bool,
 ) -> bool {
     // the queue is in ascending serial order: its front is the oldest
-    w.oldest_serial().is_some_and(|s| s < upto)
+    w.oldest_serial().map_or(false, |s| s < upto)
         || (!in_drop && w.sweep.freeing.iter().any(|&(s, t)| s < upto && t != me))
 }
 
@@ -140,10 +140,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// the queue ([`sweep_leaving_ready`](Self::sweep_leaving_ready)), if another thread has not
     /// freed them meanwhile. If the thread is still inside an outer read (the first touch was
     /// nested in a `with_for`, a `for_each` or another rank's `with`), it takes nothing either
-    /// ([`take`](Self::take)): the batches wait for the next sweep or reclamation call made
+    /// ([`take_due`](Self::take_due)): the batches wait for the next sweep or reclamation call made
     /// outside every read.
     pub(super) fn free_after_unpin(&self) {
-        let ready = Self::take(&mut Locked::new(self), SweepWhen::Due);
+        let ready = Self::take_due(&mut Locked::new(self), SweepWhen::Due);
         self.free_ready(ready);
     }
 
@@ -156,7 +156,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// [`free_ready`](Self::free_ready) after dropping the lock.
     pub(super) fn sweep(w: &mut Locked<'_, T, B>, when: SweepWhen) -> (usize, Ready<T>) {
         let n = Self::unpublish_exited(w, when);
-        (n, Self::take(w, when))
+        (n, Self::take_due(w, when))
     }
 
     /// The first half of [`sweep`](Self::sweep): retires the exited ranks' instances as one
@@ -186,7 +186,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// `Drop` may wait for a grace period, which would wait for that pin, and a `Drop` may call
     /// `reclaim_exited_blocking`, which refuses to run inside a read. The ready batches stay
     /// queued for the next sweep or reclamation call made outside every read.
-    fn take(w: &mut Locked<'_, T, B>, when: SweepWhen) -> Ready<T> {
+    fn take_due(w: &mut Locked<'_, T, B>, when: SweepWhen) -> Ready<T> {
         if w.no_batches() || collector::is_pinned() {
             return Ready::NONE;
         }

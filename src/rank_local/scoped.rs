@@ -11,6 +11,7 @@
 
 use core::convert::Infallible;
 
+use super::infallible;
 use super::init::Access;
 use super::raw::{AnyRank, Inst, LiveOwner, Locked, OwnerTag, Pinned};
 use super::{RankLocal, SyncValue};
@@ -104,7 +105,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             let i = match found {
                 Some(i) => i,
                 None => {
-                    let Ok(i) = self.first_touch_owner(&owner, init, Access::Owner);
+                    let i = infallible(self.first_touch_owner(&owner, init, Access::Owner));
                     i
                 }
             };
@@ -112,10 +113,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         }
         match self.with_pinned(rank, f) {
             Ok(r) => r,
-            Err(f) => {
-                let Ok(r) = self.first_touch_scoped::<AnyRank, _, _>(rank, init, f);
-                r
-            }
+            Err(f) => infallible(self.first_touch_scoped::<AnyRank, _, _>(rank, init, f)),
         }
     }
 

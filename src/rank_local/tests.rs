@@ -272,7 +272,7 @@ fn sweeps_never_hold_the_live_registry<B: Backend>() {
     let locks = events(&LIVE_LOCKS, || assert_eq!(rl.purge_exited(), 0));
     assert_eq!(
         locks,
-        n_live.div_ceil(64),
+        (n_live + 63) / 64,
         "purge_exited held the registry for more than 64 ranks"
     );
     drop(live);
@@ -324,7 +324,7 @@ fn a_ranks_exit_watchers_are_pruned_at_doubling_lengths() {
         });
         // at lengths 4, 8, 16, ..., n / 2: one per doubling, not one per registration
         assert!(
-            prunes <= u64::from(n.ilog2()),
+            prunes <= u64::from(u32::BITS - 1 - n.leading_zeros()),
             "{prunes} prunes for {n} watchers"
         );
     });
@@ -473,7 +473,7 @@ fn waiting_batches_are_rescanned_at_doubling_lengths() {
             }
         });
         assert!(
-            scans <= 2 * u64::from(n.ilog2()),
+            scans <= 2 * u64::from(u64::BITS - 1 - n.leading_zeros()),
             "{scans} full scans while {n} batches piled up"
         );
         drop(release_tx);
@@ -535,7 +535,7 @@ fn first_contact_registers_no_participant<B: Backend>() {
         let c = RankLocal::<u64, B>::new();
         assert_eq!(c.with_or(|| 4, |v| *v), 4);
         assert_eq!(*c.get_or(|| unreachable!()), 4);
-        assert_eq!(c.try_with(|v| *v), Some(4));
+        assert_eq!(c.with_existing(|v| *v), Some(4));
     };
     let job = Rank::new();
     b.get_or(|| 5);

@@ -15,7 +15,7 @@ pub(crate) const BITS: u32 = 1;
 pub(crate) const FANOUT: usize = 1 << BITS;
 
 /// Levels that hold any `u64` id.
-pub(crate) const MAX_HEIGHT: u32 = 64u32.div_ceil(BITS);
+pub(crate) const MAX_HEIGHT: u32 = (64 + BITS - 1) / BITS;
 
 /// A slot's value: at level 0 an instance (`Erased`), above it a child `Node`; `None` if empty.
 pub(super) type Slot = Option<NonNull<()>>;
@@ -175,7 +175,7 @@ impl Node {
     /// # Safety
     /// `from` is alive (I13); the caller is the map's only writer (I16).
     pub(super) unsafe fn copy_of(from: NonNull<Node>, birth: u64) -> NonNull<Node> {
-        let mut b = Box::<Node>::new_uninit();
+        let mut b = Box::new(core::mem::MaybeUninit::<Node>::uninit());
         let p = b.as_mut_ptr();
         // SAFETY: `p` is a fresh allocation for a `Node`, seen by no one; each field is written
         // once below, `slots` by a copy from `from`, alive (the caller's contract, I13, I16),
@@ -189,8 +189,9 @@ impl Node {
             #[cfg(loom)]
             core::ptr::addr_of_mut!((*p).canary).write(Canary::new());
         }
-        // SAFETY: every field was initialized above (I12: a copy, born at `birth`).
-        NonNull::from(Box::leak(unsafe { b.assume_init() }))
+        // Every field was initialized above (I12: a copy, born at `birth`): the allocation is a
+        // `Node` from here on.
+        NonNull::from(Box::leak(b)).cast::<Node>()
     }
 
     /// Frees one node (not its children).

@@ -9,8 +9,8 @@
 //! 4. [`Write::retire`] the replaced version `s`, which records the nodes the write replaced and
 //!    frees what no live version can reach any more.
 
+use crate::fifo::Fifo;
 use core::ptr::NonNull;
-use std::collections::VecDeque;
 
 use super::node::{Node, Scratch};
 use super::Trie;
@@ -69,10 +69,10 @@ const PROBE_STEPS: usize = 8;
 /// own nodes is at most about as much again.
 pub(crate) struct Reclaimer<H> {
     /// Replaced versions not yet seen dead, by ascending sequence number.
-    versions: VecDeque<(u64, H)>,
+    versions: Fifo<(u64, H)>,
     /// Replaced nodes not yet freed, by ascending `death` (each write records its own, and
     /// writes' sequence numbers increase).
-    garbage: VecDeque<Garbage>,
+    garbage: Fifo<Garbage>,
     /// The nodes the write in progress replaced (moved to `garbage` by [`Write::retire`]), and
     /// spare nodes for its copies.
     scratch: Scratch,
@@ -109,8 +109,8 @@ pub(crate) struct Write<'a, H> {
 
 impl<H: ReplacedVersion> Reclaimer<H> {
     pub(crate) const NEW: Reclaimer<H> = Reclaimer {
-        versions: VecDeque::new(),
-        garbage: VecDeque::new(),
+        versions: Fifo::NEW,
+        garbage: Fifo::NEW,
         scratch: Scratch::NEW,
         scan_at: MIN_SCAN,
         probe: 1,
@@ -162,7 +162,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     /// Every entry of `garbage` and `versions` was recorded by [`Write::retire`].
     pub(super) unsafe fn collect(&mut self) {
         // The oldest versions, while they are dead (a dead version stays dead, I14).
-        while self.versions.front().is_some_and(|(_, h)| h.is_dead()) {
+        while self.versions.front().map_or(false, |(_, h)| h.is_dead()) {
             if let Some((_, h)) = self.versions.pop_front() {
                 self.spare(h);
             }
@@ -172,7 +172,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
         // the queue dies first: a node replaced at `death` is in versions `birth..death`, all
         // older than `death`.
         let oldest = self.versions.front().map_or(u64::MAX, |&(s, _)| s);
-        while self.garbage.front().is_some_and(|g| g.death <= oldest) {
+        while self.garbage.front().map_or(false, |g| g.death <= oldest) {
             let Some(g) = self.garbage.pop_front() else {
                 break;
             };
@@ -243,7 +243,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
             // SAFETY: garbage nodes are alive until freed here (I13).
             let birth = unsafe { Node::birth_of(g.node) };
             let first = versions.partition_point(|&(s, _)| s < birth);
-            let held = versions.get(first).is_some_and(|&(s, _)| s < g.death);
+            let held = versions.get(first).map_or(false, |&(s, _)| s < g.death);
             if !held {
                 // SAFETY: the node is reachable only from versions `birth..death` (I12); every
                 // one of them is dead — seen dead now or earlier, and a dead version stays dead
@@ -260,12 +260,12 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     /// # Safety
     /// Exclusive access: no reader or iterator of any version of this map exists (I6).
     pub(crate) unsafe fn free_replaced(&mut self) {
-        self.versions = VecDeque::new();
+        self.versions = Fifo::NEW;
         self.spare_versions = Vec::new();
         self.frozen = 0; // no iterator exists (I6)
         self.scan_at = MIN_SCAN;
         self.probe = 1;
-        for g in std::mem::take(&mut self.garbage) {
+        for g in self.garbage.take_all() {
             // SAFETY: exclusive access (I6); each garbage node is freed once (I13).
             unsafe { Node::free(g.node) };
         }
@@ -337,10 +337,10 @@ impl<H: ReplacedVersion> Write<'_, H> {
         };
         r.scratch.size_for(self.trie.len());
         let seq = self.seq - 1;
-        debug_assert!(r.versions.back().is_none_or(|&(s, _)| s < seq));
+        debug_assert!(r.versions.back().map_or(true, |&(s, _)| s < seq));
         r.versions.push_back((seq, old));
         let death = self.seq;
-        debug_assert!(r.garbage.back().is_none_or(|g| g.death <= death));
+        debug_assert!(r.garbage.back().map_or(true, |g| g.death <= death));
         r.per_write = r.scratch.replaced.len();
         for node in r.scratch.replaced.drain(..) {
             r.garbage.push_back(Garbage { node, death });

@@ -347,10 +347,20 @@ impl Drop for DropsAs {
 // ---------------------------------------------------------------------------------------------
 // Futures
 
+/// A waker that does nothing (std's `Waker::noop` needs Rust 1.85).
+pub fn noop_waker() -> Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    Waker::from(Arc::new(Noop))
+}
+
 /// Polls `f` to completion on this thread with a no-op waker.
 pub fn block_on<F: Future>(f: F) -> F::Output {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut f = std::pin::pin!(f);
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = Box::pin(f);
     loop {
         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
             return v;
@@ -380,7 +390,7 @@ where
     F::Output: Send,
 {
     thread::scope(|s| {
-        s.spawn(|| fut.poll(&mut Context::from_waker(Waker::noop())))
+        s.spawn(|| fut.poll(&mut Context::from_waker(&noop_waker())))
             .join()
             .unwrap()
     })

@@ -390,7 +390,7 @@ tls! {
 /// `true` while this thread drops a value for the crate (inside [`drop_all`], on any
 /// `RankLocal`).
 pub(in crate::rank_local) fn is_dropping() -> bool {
-    DROPPING.try_with(Cell::get).is_ok_and(|d| d != (0, 0))
+    DROPPING.try_with(Cell::get).map_or(false, |d| d != (0, 0))
 }
 
 /// Panics if this thread is dropping `owner`'s value of `rank`: a first touch from inside that
@@ -398,10 +398,7 @@ pub(in crate::rank_local) fn is_dropping() -> bool {
 /// `thread_local!` refuses an access from its own destructor too).
 #[track_caller]
 pub(in crate::rank_local) fn check_not_dropping(owner: usize, rank: u64) {
-    if DROPPING
-        .try_with(Cell::get)
-        .is_ok_and(|d| d == (owner, rank))
-    {
+    if DROPPING.try_with(Cell::get) == Ok((owner, rank)) {
         panic!(
             "ranklocal: the value of {} on this RankLocal was asked for from inside its own drop \
              (it would be made again, and dropped again, without end)",

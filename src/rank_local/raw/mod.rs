@@ -31,6 +31,8 @@ use core::any::Any;
 use core::marker::PhantomData;
 use std::collections::VecDeque;
 
+use crate::fifo::Fifo;
+
 use super::init::Access;
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
@@ -136,7 +138,7 @@ struct Tracks<T> {
     /// the first such first touch (I36). The sweep takes only what it delivers: exited ranks.
     inbox: Option<Arc<Inbox>>,
     /// Unpublished instances waiting for their grace period (I32), by ascending serial.
-    batches: VecDeque<Batch>,
+    batches: Fifo<Batch>,
     /// The serial of the next batch.
     next_serial: u64,
     /// The queue length at which taking the ready batches scans them all, not just the front.
@@ -150,7 +152,7 @@ impl<T> Tracks<T> {
         walks: 0,
         gate: None,
         inbox: None,
-        batches: VecDeque::new(),
+        batches: Fifo::NEW,
         next_serial: 0,
         scan_at: 8,
         _t: PhantomData,
@@ -194,17 +196,18 @@ impl<T> Tracks<T> {
     /// is checked every time and the rest only once the queue has doubled since the last scan.
     fn take_ready(&mut self) -> Vec<Batch> {
         let mut out = Vec::new();
-        while self.batches.front().is_some_and(Batch::is_ready) {
+        while self.batches.front().map_or(false, Batch::is_ready) {
             out.extend(self.batches.pop_front());
         }
         if self.batches.len() >= self.scan_at {
             crate::counters::bump!(BATCH_SCANS);
-            let (now, later): (VecDeque<Batch>, VecDeque<Batch>) =
-                core::mem::take(&mut self.batches)
-                    .into_iter()
-                    .partition(Batch::is_ready);
+            let (now, later): (VecDeque<Batch>, VecDeque<Batch>) = self
+                .batches
+                .take_all()
+                .into_iter()
+                .partition(Batch::is_ready);
             out.extend(now);
-            self.batches = later;
+            self.batches = later.into();
             self.scan_at = (2 * self.batches.len()).max(8);
         }
         out
@@ -217,7 +220,7 @@ impl<T> Tracks<T> {
 
     /// `true` while tombstones wait for a sweep to unpublish them (I39).
     fn has_tombs(&self) -> bool {
-        self.gate.as_ref().is_some_and(|g| g.has_tombs())
+        self.gate.as_ref().map_or(false, |g| g.has_tombs())
     }
 }
 
@@ -1020,7 +1023,9 @@ impl<T, B: Backend> RankLocal<T, B> {
     /// `&mut` access: every batch the sweep queued, ready or not: no reader exists (I6, I32).
     pub(super) fn take_batches_mut(&mut self) -> Removed<T> {
         let q = &mut crate::primitive::mutex_mut(&mut self.writer).tracks;
-        let entries = core::mem::take(&mut q.batches)
+        let entries = q
+            .batches
+            .take_all()
             .into_iter()
             .flat_map(|b| b.entries)
             .collect();

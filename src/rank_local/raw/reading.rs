@@ -5,7 +5,7 @@
 //! because a sweep that unpublishes it retires it behind a grace period that waits for the pin
 //! (I32, I33, I40).
 
-use core::cell::OnceCell;
+use once_cell::unsync::OnceCell;
 
 use super::{Inst, RankLocal};
 use crate::backend::Backend;

@@ -1,0 +1,27 @@
+//! Probes the compiler, as `autocfg` users do, for what the crate uses where it exists but does
+//! not need: `cfg(ranklocal_diagnostic)` when `#[diagnostic::on_unimplemented]` is there (Rust
+//! 1.78), so the `SyncValue` and `rank_local!` notes show on compilers that have it while the
+//! crate still builds on its `rust-version`, 1.65.
+
+use std::env;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=RUSTC");
+    if minor().map_or(false, |m| m >= 78) {
+        println!("cargo:rustc-cfg=ranklocal_diagnostic");
+    }
+}
+
+/// The minor version of the `rustc` cargo builds with (`rustc 1.NN.P ...`), if it can be read.
+fn minor() -> Option<u32> {
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(rustc).arg("--version").output().ok()?;
+    let version = String::from_utf8(out.stdout).ok()?;
+    let mut parts = version.split_whitespace().nth(1)?.split('.');
+    if parts.next()? != "1" {
+        return None;
+    }
+    parts.next()?.parse().ok()
+}
