@@ -398,7 +398,7 @@ pub(in crate::rank_local) fn is_dropping() -> bool {
 /// `thread_local!` refuses an access from its own destructor too).
 #[track_caller]
 pub(in crate::rank_local) fn check_not_dropping(owner: usize, rank: u64) {
-    if DROPPING.try_with(Cell::get) == Ok((owner, rank)) {
+    if DROPPING.try_with(Cell::get).ok() == Some((owner, rank)) {
         panic!(
             "ranklocal: the value of {} on this RankLocal was asked for from inside its own drop \
              (it would be made again, and dropped again, without end)",
