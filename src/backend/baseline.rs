@@ -145,7 +145,10 @@ impl Backend for Baseline {
     /// would deadlock a `get` that inserts from inside the loop.
     fn iter(map: &BaselineMap) -> Self::Iter<'_> {
         let m = read(map);
-        let entries: Vec<_> = m.0.iter().flatten().map(|(&k, &p)| (k, p)).collect();
+        let entries: Vec<_> = match &m.0 {
+            Some(m) => m.iter().map(|(&k, &p)| (k, p)).collect(),
+            None => Vec::new(),
+        };
         drop(m);
         entries.into_iter()
     }
