@@ -1187,3 +1187,49 @@ fn m22_own_lookup_without_a_pin_races_a_sweep_epoch() {
         own_lookup_races_a_sweep::<Epoch>,
     );
 }
+
+/// 23. The deferred exit drop (I40): the owner holds an `OwnRef` (a guard `get_own` counted)
+///     while its exit work runs, and a delegate's `with_for` of its rank races both on another
+///     thread. The exit work finds the guard counted and leaves the drop to it (LINGERING: the
+///     reader then sees none) or, if the reader moved the value on first, keeps it (the reader read
+///     the live value; no sweep frees it under the guard). The owner reads through the guard after
+///     its exit work, then drops it: the last guard drops a LINGERING value, on the owner thread
+///     (the canary's cell, written by its drop, and its `Track` catch a read after the drop, a
+///     double drop and a leak).
+fn deferred_exit_drop_while_a_delegate_reads<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    let g = rl.get_own();
+    assert_eq!(g.look(), 5);
+    let id = RankId::this_thread();
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || rl.with_for(id, Canary::look))
+    };
+    ranklocal::__loom_exit_thread(); // the owner's exit work, with the guard alive
+    assert_eq!(g.look(), 5, "read a dropped value through a guard");
+    drop(g); // the last guard: drops a LINGERING value here
+    let a = reader.join().unwrap();
+    assert!(a.is_none() || a == Some(5), "read a dropped value: {a:?}");
+    rl.reclaim_exited();
+    let after = rl.with_for(id, Canary::look);
+    if a.is_some() {
+        // 1: the reader moved it on first: kept (a guard read it past the exit work)
+        assert_eq!(after, Some(5), "a value read through a guard was swept");
+        outcome(1);
+    } else {
+        // 2: the exit work left it to the guard, whose drop dropped it
+        assert_eq!(after, None, "the value came back");
+        outcome(2);
+    }
+}
+
+#[test]
+fn m23_deferred_exit_drop_while_a_delegate_reads_epoch() {
+    model(
+        "m23 deferred exit drop while a delegate reads (epoch)",
+        18_000,
+        0b11,
+        deferred_exit_drop_while_a_delegate_reads::<Epoch>,
+    );
+}

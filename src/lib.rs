@@ -243,7 +243,7 @@ pub use crate::delegation::{on_behalf_of, OnBehalfExt, OnBehalfOf};
 pub use crate::identity::{Rank, RankId};
 #[cfg(not(loom))]
 pub use crate::key::RankLocalKey;
-pub use crate::rank_local::{Iter, IterMut, RankLocal, SyncValue};
+pub use crate::rank_local::{Iter, IterMut, OwnRef, RankLocal, SyncValue};
 
 #[doc(hidden)]
 #[cfg(not(loom))]

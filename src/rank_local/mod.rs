@@ -46,6 +46,7 @@ use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
 use self::init::Claim;
 pub use self::iter::{Iter, IterMut};
 pub use self::own::SyncValue;
+pub use self::raw::OwnRef;
 pub(crate) use self::raw::{run_exit_work, Gate};
 use self::reclaim::Sweep;
 

@@ -12,7 +12,7 @@ use core::ptr::NonNull;
 use crate::delegation::on_behalf_of;
 use crate::erased::Erased;
 use crate::identity::RankId;
-use crate::primitive::{tls, AtomicU64, AtomicUsize, Ordering};
+use crate::primitive::{tls, AtomicU64, AtomicUsize, Ordering, OwnerCell};
 
 /// State of an instance no plain `&T` was handed out for: it may be reclaimed once its rank
 /// exited (I30).
@@ -32,6 +32,24 @@ pub(super) const DROPPED: usize = 5;
 /// A tombstone the sweeper took: unpublished, its allocation freed after a grace period, its
 /// value never dropped again (I39).
 pub(super) const REAPED: usize = 6;
+/// An instance whose thread's exit work found an `OwnRef` of it alive (held by another
+/// thread-local's destructor): the last such guard's drop moves the value out and drops it, on
+/// that thread (I40). No other access uses it meanwhile.
+pub(super) const LINGERING: usize = 7;
+
+/// The offset of `Meta::guards` while the exit work has not left the drop to the guards: the
+/// cell holds `NOT_LINGERING + count`, and the exit work that defers the drop subtracts it, so
+/// the last guard's drop is the one that brings the cell to 0 (one decrement and one branch on
+/// the hit path's drop, I40). Counts stay far below it.
+const NOT_LINGERING: usize = 1 << (usize::BITS - 2);
+
+/// What the exit work records for the last guard's drop of a LINGERING instance (I40): the gate
+/// (address) of the `RankLocal` and the instance's rank.
+#[derive(Clone, Copy)]
+pub(super) struct Linger {
+    pub(super) gate: usize,
+    pub(super) rank: u64,
+}
 
 /// One allocation per instance (I1, I5): the value first (`repr(C)`: a pointer to the `Instance`
 /// is a pointer to its `T`, so caches and slots hand out `&T` by a plain cast; `ManuallyDrop` is
@@ -53,9 +71,115 @@ pub(super) struct Meta {
     /// before publication: the sweep reads it under the writer lock, `kept_exited` under a pin
     /// after the Acquire load that found the instance.
     born: AtomicU64,
+    /// Owner-only, touched only by the instance's own OS thread (I40): the count of its live
+    /// counted guards, plus [`NOT_LINGERING`] until the exit work left the drop to the last one.
+    guards: OwnerCell<usize>,
+    /// Owner-only (I40): what the last guard's drop needs, set when `NOT_LINGERING` is taken off.
+    linger: OwnerCell<Linger>,
 }
 
 impl Meta {
+    /// Counts a new guard (I40).
+    ///
+    /// # Safety
+    /// Called on the instance's own OS thread (the only one that touches the owner-only cells,
+    /// I40).
+    #[inline]
+    pub(super) unsafe fn hold(&self) {
+        // SAFETY: the caller's contract (I40).
+        unsafe { self.guards.set(self.guards.get() + 1) }
+    }
+
+    /// Ends a guard; `true` if it was the last one of an instance whose drop the exit work left
+    /// to it (I40).
+    ///
+    /// # Safety
+    /// As for [`hold`](Self::hold), for a guard `hold` counted.
+    #[inline]
+    pub(super) unsafe fn release(&self) -> bool {
+        // SAFETY: the caller's contract (I40).
+        unsafe {
+            let n = self.guards.get() - 1;
+            self.guards.set(n);
+            n == 0
+        }
+    }
+
+    /// The count of live counted guards (I40).
+    ///
+    /// # Safety
+    /// As for [`hold`](Self::hold).
+    pub(super) unsafe fn guards(&self) -> usize {
+        // SAFETY: the caller's contract (I40).
+        unsafe { self.guards.get() & (NOT_LINGERING - 1) }
+    }
+
+    /// For the exit work that leaves the drop to the last guard: records the gate and rank it
+    /// needs (I40).
+    ///
+    /// # Safety
+    /// As for [`hold`](Self::hold).
+    pub(super) unsafe fn set_linger(&self, gate: usize, rank: u64) {
+        // SAFETY: the caller's contract (I40).
+        unsafe {
+            self.guards.set(self.guards.get() - NOT_LINGERING);
+            self.linger.set(Linger { gate, rank });
+        }
+    }
+
+    /// For the last guard's drop: what [`set_linger`](Self::set_linger) recorded, cleared.
+    ///
+    /// # Safety
+    /// As for [`hold`](Self::hold).
+    pub(super) unsafe fn take_linger(&self) -> Linger {
+        // SAFETY: the caller's contract (I40).
+        unsafe {
+            self.guards.set(self.guards.get() + NOT_LINGERING);
+            self.linger.get()
+        }
+    }
+
+    /// OWNED → LINGERING, for the exit work that finds a guard alive (I40); `false` if a reader
+    /// moved it on first.
+    pub(super) fn linger(&self) -> bool {
+        // SeqCst: as `begin_exit` (I39).
+        self.state
+            .compare_exchange(OWNED, LINGERING, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// LINGERING → EXITING, for the last guard's drop (I40); `false` if the value was kept since
+    /// (`OwnRef::leak`).
+    pub(super) fn end_linger(&self) -> bool {
+        // SeqCst: as `begin_exit` (I39).
+        self.state
+            .compare_exchange(LINGERING, EXITING, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// For `OwnRef::leak` (and the exit work that finds a guard alive on a value a reader moved
+    /// on): makes an instance its own thread holds a guard of ESCAPED, kept until `&mut` or the
+    /// drop (I31, I40). OWNED, SCOPED and LINGERING move on; `false` for anything else.
+    pub(super) fn keep(&self) -> bool {
+        let mut now = self.state();
+        loop {
+            if now == ESCAPED {
+                return true;
+            }
+            if !matches!(now, OWNED | SCOPED | LINGERING) {
+                return false;
+            }
+            // AcqRel/Acquire: as in `upgrade`.
+            match self
+                .state
+                .compare_exchange(now, ESCAPED, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
     /// The state, Acquire: pairs with the Release/AcqRel transitions below, so a reader that
     /// sees a (refilled) instance's state sees its value (I39).
     #[inline]
@@ -190,6 +314,8 @@ impl<T> InstancePtr<T> {
             meta: Meta {
                 state: AtomicUsize::new(state),
                 born: AtomicU64::new(born),
+                guards: OwnerCell::new(NOT_LINGERING),
+                linger: OwnerCell::new(Linger { gate: 0, rank: 0 }),
             },
         }));
         InstancePtr {
@@ -204,6 +330,22 @@ impl<T> InstancePtr<T> {
     pub(super) fn new(p: Erased) -> Self {
         InstancePtr {
             p: p.as_ptr(),
+            _t: PhantomData,
+        }
+    }
+
+    /// The value's address: an `OwnRef` holds it, and types the instance back from it (the value
+    /// is the instance's first field, I5).
+    #[inline]
+    pub(super) fn value_ptr(self) -> NonNull<T> {
+        self.p.cast()
+    }
+
+    /// The instance whose value is at `v` ([`value_ptr`](Self::value_ptr)'s inverse).
+    #[inline]
+    pub(super) fn from_value_ptr(v: NonNull<T>) -> Self {
+        InstancePtr {
+            p: v.cast(),
             _t: PhantomData,
         }
     }

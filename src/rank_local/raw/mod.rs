@@ -24,6 +24,7 @@
 
 mod gate;
 mod instance;
+mod own_ref;
 
 use core::any::Any;
 use core::marker::PhantomData;
@@ -40,7 +41,9 @@ use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, MutexGuard,
 
 pub(crate) use self::gate::{run_exit_work, Gate};
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
-use self::instance::{InstancePtr, Meta, ESCAPED, OWNED, SCOPED};
+use self::instance::{InstancePtr, Meta, ESCAPED, LINGERING, OWNED, SCOPED};
+pub(super) use self::own_ref::Held;
+pub use self::own_ref::OwnRef;
 
 /// A panic payload, kept to re-raise at an explicit reclamation call.
 pub(super) type Payload = Box<dyn Any + Send>;
@@ -379,6 +382,45 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
         Some(unsafe { self.p.value() })
     }
 
+    /// A counted [`OwnRef`] of the calling thread's own instance (`None` for another rank's, a
+    /// tombstone, or one being reclaimed), lasting as long as the `RankLocal` is borrowed: an
+    /// OWNED or LINGERING instance stays in place while counted (its exit work, or its last guard,
+    /// drops it, I40); any other is escaped first and kept (I31), its count unused.
+    pub(super) fn own_ref(self) -> Option<Held<'rl, T>> {
+        if self.rank != identity::own_raw() {
+            return None;
+        }
+        if !matches!(self.meta.state(), OWNED | LINGERING) {
+            self.escape_any()?;
+        }
+        // SAFETY: this thread's own instance (checked above), so this thread alone touches its
+        // guard count (I40). The count keeps the value in place for `'rl`: an OWNED instance is in
+        // the gate until its exit work, which leaves a counted instance to its last guard
+        // (LINGERING) or, if a reader moved it on meanwhile, keeps it (ESCAPED); a LINGERING one
+        // moves only by its last guard's drop; an ESCAPED one is kept; `&mut` and the drop are
+        // excluded by the `'rl` borrow (I31, I40). A reader's CAS racing the load above only moves
+        // OWNED on, which the exit work then sees with the count (I40).
+        Some(unsafe {
+            self.meta.hold();
+            Held::new(self.p)
+        })
+    }
+
+    /// An [`OwnRef`] of the calling thread's own instance if it is LINGERING (its exit work left
+    /// it to the last guard, I40): what the owner-only family uses past the exit hook instead of
+    /// the bare value, so that a guard dropped inside the closure cannot drop it under it.
+    pub(super) fn lingering_ref(self) -> Option<Held<'rl, T>> {
+        if self.rank != identity::own_raw() || self.meta.state() != LINGERING {
+            return None;
+        }
+        // SAFETY: this thread's own LINGERING instance: only this thread touches its count, and
+        // only its last guard's drop moves its value out (I40).
+        Some(unsafe {
+            self.meta.hold();
+            Held::new(self.p)
+        })
+    }
+
     /// `true` if the instance was handed out as `&T`: ESCAPED, or SCOPED but published before
     /// an `iter()` took its snapshot (`walks`, I31).
     pub(super) fn handed_out(self, walks: u64) -> bool {
@@ -693,6 +735,13 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
                 drop(lock(&g.inner));
             }
         }
+        assert!(
+            meta.state() != LINGERING,
+            "ranklocal: {} asked for its own value on this RankLocal through a method other than \
+             the owner-only family (`with_own*`, `get_own*`) after its exit work, while an OwnRef \
+             of the value is still alive; use the owner-only family in thread-local destructors",
+            identity::RankId::from_raw(rank)
+        );
         assert_eq!(
             meta.state(),
             instance::DROPPED,
@@ -891,18 +940,6 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         rl
     }
 
-    /// The thread cache's escaped entry for the calling thread's own rank (step 1 of the
-    /// owner-only family's lookups): needs no `T: Sync`, the value is this thread's own (I7).
-    #[inline]
-    pub(super) fn cached_own(&self) -> Option<&T> {
-        let rank = identity::own_raw_or_zero(); // 0 (no id yet) misses
-                                                // Relaxed: as in `cached`.
-        let uid = self.core.uid.load(Ordering::Relaxed);
-        let p = cache::lookup(uid, rank)?;
-        // SAFETY: as in `cached`; the entry is this thread's own rank's.
-        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
-    }
-
     /// The thread cache's escaped entry for `rank` (step 1 of a lookup). Any rank's value may
     /// reach this thread so: `T: Sync` (I7).
     #[inline]
@@ -947,6 +984,30 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         Ok(f(unsafe {
             InstancePtr::<T>::new(Erased::from_non_null(p)).value()
         }))
+    }
+
+    /// The hit path of `get_own*` (I40): the thread cache's `with_own` entry for `rank` (the
+    /// calling thread's own, or 0, which misses), as a counted [`OwnRef`]; `None` on a miss. No
+    /// atomic read-modify-write, no lock, no allocation, no state check: an own entry is filled
+    /// only for an instance that is OWNED (so in the gate) or ESCAPED ([`LiveOwner::cache`]), and
+    /// dropped (by a fresh uid) when `&mut` access takes instances out of the gate.
+    #[inline]
+    pub(super) fn own_entry_ref(&self, rank: u64) -> Option<Held<'_, T>> {
+        // Relaxed: the uid is only a name here (as in `with_owner_entry`).
+        let uid = self.core.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank | OwnerTag::Own.bits())?;
+        let p = InstancePtr::<T>::new(Erased::from_non_null(p));
+        // SAFETY: an own entry was filled by this thread for its own rank while it was alive, for
+        // an instance then OWNED or ESCAPED, and is wiped before its exit work (I34, I39, I40):
+        // the instance is neither reclaimed (I35) nor a tombstone, and this thread alone touches
+        // its guard count. If it was OWNED it is in the gate, whatever a reader moved it to since
+        // (only `&mut` takes it out, and that draws a fresh uid, so this entry no longer hits):
+        // its exit work sees the count (I40); an ESCAPED one is kept while the `RankLocal` is
+        // borrowed (I31). A `T` of this map (I5, I9).
+        unsafe {
+            p.meta().hold();
+            Some(Held::new(p))
+        }
     }
 
     /// `rank`'s instance, escaped inside the backend lookup's own protection (one pin on `Epoch`
@@ -1101,11 +1162,26 @@ impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
         Some(unsafe { Inst::new(self.rl, self.rank, p) })
     }
 
+    /// An [`OwnRef`] of `i` (the owner's, checked), as [`Inst::own_ref`] makes it; `None` for
+    /// another rank's or another map's instance.
+    pub(super) fn own_ref(&self, i: Inst<'_, '_, T, B>) -> Option<Held<'rl, T>> {
+        if i.rank != self.rank || !core::ptr::eq(i.rl, self.rl) || !identity::own_alive() {
+            return None;
+        }
+        // SAFETY: as in `adopt`; `own_ref` then counts or escapes it for `'rl` (I40).
+        unsafe { Inst::new(self.rl, self.rank, i.erased()) }.own_ref()
+    }
+
     /// Remembers `i` (the owner's, checked) as its owner entry under `tag`, which
     /// [`RankLocal::with_owner_entry`] reads; nothing once the thread's exit hook has begun (the
     /// entry would outlive the wipe).
     pub(super) fn cache(&self, i: Inst<'_, 'rl, T, B>, tag: OwnerTag) {
         assert!(i.rank == self.rank && core::ptr::eq(i.rl, self.rl));
+        // An own entry only for an OWNED (in the gate) or ESCAPED instance: `get_own`'s hit
+        // counts a guard without looking at the state (I40).
+        if matches!(tag, OwnerTag::Own) && !matches!(i.meta.state(), OWNED | ESCAPED) {
+            return;
+        }
         if identity::own_alive() {
             cache::store(self.rl.uid_or_assign(), self.rank | tag.bits(), i.erased());
         }
