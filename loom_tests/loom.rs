@@ -1233,3 +1233,48 @@ fn m23_deferred_exit_drop_while_a_delegate_reads_epoch() {
         deferred_exit_drop_while_a_delegate_reads::<Epoch>,
     );
 }
+
+/// 24. Adoption (I41) races the ending thread's last guard: the owner of a recycling map's value
+///     holds an `OwnRef` through its exit work (the value lingers), while a new thread's first
+///     touch runs; the owner then reads through the guard and drops it (the value becomes
+///     VACANT, for a new rank to adopt). The new thread adopts the value only after that drop
+///     (then it reads the owner's 5) or builds its own (7); never both at once: the guard count
+///     and the value are loom cells, so an adoption under a live guard is a causality violation,
+///     and a value handed to two ranks is dropped twice (`Track`).
+fn adoption_races_the_last_guard<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::recycling());
+    let g = rl.get_own();
+    ranklocal::__loom_exit_thread(); // the owner's exit work, with the guard alive
+    let newcomer = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            ranklocal::__loom_register_thread();
+            let v = rl.get_own_or(|| {
+                let c = Canary::default();
+                c.cell.with_mut(|p| unsafe { *p = 7 });
+                c
+            });
+            let seen = v.look();
+            drop(v);
+            ranklocal::__loom_exit_thread();
+            seen
+        })
+    };
+    assert_eq!(g.look(), 5, "the value changed under a live guard");
+    drop(g); // the last guard: the value is vacated here
+    let seen = newcomer.join().unwrap();
+    assert!(seen == 5 || seen == 7, "read a dropped value: {seen}");
+    // 1: adopted after the last guard's drop; 2: built its own
+    outcome(if seen == 5 { 1 } else { 2 });
+}
+
+#[test]
+fn m24_adoption_races_the_last_guard_epoch() {
+    model(
+        "m24 adoption races the ending thread's last guard (epoch)",
+        47,
+        0b11,
+        adoption_races_the_last_guard::<Epoch>,
+    );
+}

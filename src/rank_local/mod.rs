@@ -161,9 +161,9 @@ struct Writer {
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
 macro_rules! empty_rank_local {
-    ($map:expr) => {
+    ($map:expr, $recycling:expr) => {
         $crate::rank_local::RankLocal {
-            core: $crate::rank_local::raw::Core::new($map),
+            core: $crate::rank_local::raw::Core::new($map, $recycling),
             writer: $crate::primitive::Mutex::new($crate::rank_local::raw::Guarded::new(
                 $crate::rank_local::Writer {
                     claims: Vec::new(),

@@ -20,7 +20,7 @@ use core::cell::Cell;
 use core::panic::AssertUnwindSafe;
 use std::collections::BTreeMap;
 
-use super::instance::{drop_payload, InstancePtr, DROPPED};
+use super::instance::{drop_payload, InstancePtr, DROPPED, LINGERING, OWNED};
 use super::{Inst, Locked, Taken, Tracks};
 use crate::backend::Backend;
 use crate::erased::Erased;
@@ -41,6 +41,8 @@ pub(crate) struct Gate {
     closed: AtomicBool,
     /// `exit_one::<T>` for the `RankLocal`'s `T`.
     exit_one: for<'a> fn(&'a Gate, MutexGuard<'a, GateInner>, u64),
+    /// The `RankLocal` is `recycling()`: the exit work vacates instead of dropping (I41).
+    recycling: bool,
 }
 
 /// What the gate lock guards.
@@ -58,10 +60,13 @@ pub(crate) struct GateInner {
     in_flight: usize,
     /// Threads waiting on `idle`.
     waiters: usize,
+    /// Recycling `RankLocal`s: the VACANT instances, as (the ended rank they are published
+    /// under, instance), most recently ended last (I41).
+    pub(super) free: Vec<(u64, Erased)>,
 }
 
 impl Gate {
-    pub(super) fn new<T: Send>() -> Arc<Gate> {
+    pub(super) fn new<T: Send>(recycling: bool) -> Arc<Gate> {
         Arc::new(Gate {
             inner: Mutex::new(GateInner {
                 alive: true,
@@ -69,10 +74,12 @@ impl Gate {
                 tombs: Vec::new(),
                 in_flight: 0,
                 waiters: 0,
+                free: Vec::new(),
             }),
             idle: Condvar::new(),
             closed: AtomicBool::new(false),
             exit_one: exit_one::<T>,
+            recycling,
         })
     }
 
@@ -145,6 +152,15 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, rank: u64) {
         }
         return;
     }
+    if g.recycling {
+        // SAFETY: as for `meta` below.
+        if unsafe { p.meta() }.vacate(OWNED) {
+            // Stays in place, for a new rank to adopt (I41); a reader that moved it on first
+            // made it a kept value.
+            s.free.push((rank, p.erased()));
+        }
+        return;
+    }
     // SAFETY:
     // - `meta`: every entry of a gate's map is an instance of the `RankLocal<T, _>` that made the
     //   gate with `exit_one::<T>` (I5, I39), alive while it is in the map and the gate is alive:
@@ -196,7 +212,16 @@ pub(super) fn end_linger<T>(p: InstancePtr<T>) {
     // `RankLocal` holds it until its drop, which the guard's borrow excluded until now (I40).
     let g = unsafe { &*(own.gate as *const Gate) };
     let mut s = lock(&g.inner);
-    if !s.alive || !meta.end_linger() {
+    if !s.alive {
+        return;
+    }
+    if g.recycling {
+        if meta.vacate(LINGERING) {
+            s.free.push((own.rank, p.erased())); // for a new rank to adopt (I41)
+        }
+        return;
+    }
+    if !meta.end_linger() {
         return; // kept since (`OwnRef::leak`)
     }
     // SAFETY: as above, and this thread moved it to EXITING: nothing else reads or writes the
@@ -292,6 +317,11 @@ pub(super) fn forget_owned<T>(tracks: &Tracks<T>, removed: &[(u64, Erased)]) {
     let mut s = lock(&gate.inner);
     for (rank, _) in removed {
         s.owned.remove(rank);
+    }
+    if !s.free.is_empty() {
+        // nor adopts what is removed (I41)
+        let gone: std::collections::BTreeSet<u64> = removed.iter().map(|(r, _)| *r).collect();
+        s.free.retain(|(rank, _)| !gone.contains(rank));
     }
 }
 

@@ -36,6 +36,10 @@ pub(super) const REAPED: usize = 6;
 /// thread-local's destructor): the last such guard's drop moves the value out and drops it, on
 /// that thread (I40). No other access uses it meanwhile.
 pub(super) const LINGERING: usize = 7;
+/// An ended rank's value in a recycling `RankLocal`: in place, published under the ended rank,
+/// waiting in the gate's free list for a new rank to adopt it (I41). Readers treat it as OWNED:
+/// one that reaches it moves it on (then it is kept under its rank and never adopted).
+pub(super) const VACANT: usize = 8;
 
 /// The offset of `Meta::guards` while the exit work has not left the drop to the guards: the
 /// cell holds `NOT_LINGERING + count`, and the exit work that defers the drop subtracts it, so
@@ -148,6 +152,25 @@ impl Meta {
             .is_ok()
     }
 
+    /// `from` → VACANT, for the exit work (OWNED) or the last guard's drop (LINGERING) of a
+    /// recycling `RankLocal` (I41); `false` if a reader moved it on first (or it was kept).
+    pub(super) fn vacate(&self, from: usize) -> bool {
+        // SeqCst: as `begin_exit` (I39).
+        self.state
+            .compare_exchange(from, VACANT, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// VACANT → `to`, for the first touch that adopts the value (I41); `false` if a reader moved
+    /// it on first.
+    pub(super) fn adopt(&self, to: usize) -> bool {
+        // SeqCst: as `begin_exit` (I39); the value and the owner-only cells were handed over by
+        // the gate lock (I41).
+        self.state
+            .compare_exchange(VACANT, to, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// LINGERING → EXITING, for the last guard's drop (I40); `false` if the value was kept since
     /// (`OwnRef::leak`).
     pub(super) fn end_linger(&self) -> bool {
@@ -226,7 +249,7 @@ impl Meta {
             let next = match now {
                 ESCAPED => return true,
                 SCOPED if to == SCOPED => return true,
-                SCOPED | OWNED => to,
+                SCOPED | OWNED | VACANT => to,
                 _ => return false, // RECLAIMING or a tombstone: gone (I30, I39)
             };
             match self

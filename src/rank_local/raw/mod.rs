@@ -67,6 +67,9 @@ pub(super) struct Core<T, B: Backend> {
     /// its snapshot, and no sweep frees it. Incremented under the writer lock by
     /// [`Locked::walk`], decremented by the walk's drop.
     iterators: AtomicUsize,
+    /// `RankLocal::recycling()`: an ended rank's owner-only value stays, for a new rank to adopt
+    /// (I41); no exit is watched, so nothing is swept.
+    recycling: bool,
     /// Typed for its `RankLocal`'s `T`: a core cannot be moved to a `RankLocal` of another `T`.
     _t: PhantomData<fn(T) -> T>,
 }
@@ -74,22 +77,24 @@ pub(super) struct Core<T, B: Backend> {
 impl<T, B: Backend> Core<T, B> {
     /// A `RankLocal`'s empty core; `const` except under loom, whose primitives are not.
     #[cfg(not(loom))]
-    pub(super) const fn new(map: B::Map) -> Self {
+    pub(super) const fn new(map: B::Map, recycling: bool) -> Self {
         Core {
             map,
             uid: cache::AtomicUid::new(cache::NO_UID),
             iterators: AtomicUsize::new(0),
+            recycling,
             _t: PhantomData,
         }
     }
 
     /// A `RankLocal`'s empty core (loom's primitives cannot be built in a `const`).
     #[cfg(loom)]
-    pub(super) fn new(map: B::Map) -> Self {
+    pub(super) fn new(map: B::Map, recycling: bool) -> Self {
         Core {
             map,
             uid: cache::AtomicUid::new(cache::NO_UID),
             iterators: AtomicUsize::new(0),
+            recycling,
             _t: PhantomData,
         }
     }
@@ -610,7 +615,46 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 
     /// Asks for `rank`'s exit, whose instance this writer just published (I36).
     pub(super) fn watch_exit(&mut self, rank: u64) {
+        if self.rl.core.recycling {
+            return; // values outlive their rank: nothing to sweep (I41)
+        }
         self.w.tracks.watch_exit(rank);
+    }
+
+    /// A recycling `RankLocal`'s first touch of `rank` (absent, claimed by nobody): adopts the
+    /// most recently ended rank's VACANT value instead of running `init` (I41) — VACANT → the
+    /// state `access` publishes, the same allocation unpublished under its ended rank and
+    /// published under `rank`. `None` if there is none (entries a reader moved on are skipped).
+    pub(super) fn adopt(&self, rank: u64, access: Access) -> Option<Inst<'_, 'rl, T, B>> {
+        if !self.rl.core.recycling || self.get(rank).is_some() {
+            return None;
+        }
+        let gate = self.w.tracks.gate.as_ref()?;
+        loop {
+            let (old, p) = lock(&gate.inner).free.pop()?;
+            // SAFETY: an entry of the gate's free list is an instance of this map, published
+            // under `old`, alive: only `&mut` access or the drop frees a VACANT instance, and
+            // they take it out of the free list first; the writer lock serializes this with every
+            // other adoption (I41).
+            let i = unsafe { Inst::new(self.rl, old, p) };
+            let own = access == Access::Own
+                && LiveOwner::new(self.rl, rank).is_some()
+                && identity::add_exit_gate(gate);
+            let to = match access {
+                Access::Escaped => ESCAPED,
+                Access::Own if own => OWNED,
+                _ => SCOPED,
+            };
+            if !i.meta.adopt(to) {
+                continue; // a reader moved it on: kept under its rank (I41)
+            }
+            B::remove(&self.rl.core.map, &[old]);
+            B::insert(&self.rl.core.map, rank, p);
+            if own {
+                lock(&gate.inner).owned.insert(rank, p);
+            }
+            return self.get(rank);
+        }
     }
 
     /// Exits delivered and not swept yet.
@@ -716,7 +760,11 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 
     /// The gate, made on first use (I39).
     pub(super) fn make_gate(&mut self) {
-        self.w.tracks.gate.get_or_insert_with(Gate::new::<T>);
+        let recycling = self.rl.core.recycling;
+        self.w
+            .tracks
+            .gate
+            .get_or_insert_with(|| Gate::new::<T>(recycling));
     }
 
     fn publish_state(&self, rank: u64, value: T, state: usize) -> Inst<'_, 'rl, T, B> {
