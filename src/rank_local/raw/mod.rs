@@ -10,6 +10,8 @@
 //! | the live owner ([`LiveOwner`]) | `LiveOwner::new` on the owner's own thread | `Inst<'owner>` of its own rank; its owner cache entries | a live rank's instance is never swept (I35) |
 //! | an escape | [`Inst::escaped`] | [`Escaped`], whose `&'rl T` lasts as long as the `RankLocal` is borrowed | an ESCAPED instance is kept until `&mut` or drop (I31) |
 //! | a walk ([`Walk`]) | [`Locked::walk`] | escaped `&'rl T` of a snapshot | a walk count and a live-iterator count keep sweeps off it (I31, I39) |
+//! | an owner guard count ([`Held`], then [`OwnRef`]) | [`RankLocal::own_entry_ref`], [`Inst::own_ref`], [`Inst::lingering_ref`], on the instance's own thread | `&'rl T` while the guard lives | the exit work leaves a counted value to its last guard; an uncounted one is ESCAPED (I31, I40) |
+//! | the gate's free list | a recycling map's exit work or last guard ([`Locked::adopt`] pops it) | the VACANT instance, re-keyed to the adopting rank | only `&mut` and the drop free a recycling map's instances, and `&mut` removals leave the list first (I41) |
 //! | `&mut RankLocal` | the `&mut` methods | [`Removed`], `&mut T` | no other user exists (I6) |
 //! | a grace period | a [`Batch`] whose token the collector set | [`Removed`] | no reader can still see it (I32) |
 //!
