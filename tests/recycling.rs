@@ -24,6 +24,7 @@ common::backend_tests! {
     no_two_live_ranks_share_a_value,
     never_adopted_while_an_own_ref_lives,
     new_never_hands_a_value_on,
+    mut_access_takes_ended_values_off_the_free_list,
 }
 
 const THREADS: usize = if cfg!(miri) { 4 } else { 2_000 };
@@ -276,4 +277,34 @@ fn new_never_hands_a_value_on<B: Backend>() {
         });
     }
     assert_eq!(inits.load(SeqCst), 50);
+}
+
+/// `clear` and `purge_exited` free ended threads' values: a later thread never adopts one of them
+/// (it builds its own), and nothing is dropped twice.
+fn mut_access_takes_ended_values_off_the_free_list<B: Backend>() {
+    struct Flag(Vec<u8>, Arc<AtomicUsize>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, SeqCst);
+        }
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let mut rl = RankLocal::<Flag, B>::recycling();
+    let run = |rl: &RankLocal<Flag, B>, tag: u8| {
+        thread::scope(|s| {
+            s.spawn(|| rl.get_own_or(|| Flag(vec![tag; 64], Arc::clone(&drops))).0[0])
+                .join()
+                .unwrap()
+        })
+    };
+    assert_eq!(run(&rl, 1), 1);
+    rl.clear();
+    assert_eq!(drops.load(SeqCst), 1);
+    assert_eq!(run(&rl, 2), 2, "adopted a value `clear` dropped");
+    assert_eq!(rl.purge_exited(), 1);
+    assert_eq!(drops.load(SeqCst), 2);
+    assert_eq!(run(&rl, 3), 3, "adopted a value `purge_exited` dropped");
+    assert_eq!(run(&rl, 4), 3, "the ended value was not adopted");
+    drop(rl);
+    assert_eq!(drops.load(SeqCst), 3, "dropped twice or leaked");
 }
