@@ -265,7 +265,7 @@ pub fn lookup_arms() -> Vec<Arm> {
         "owner RefCell counter", "std thread_local! (floor)" => |w, t, i| STD_CELL.with_borrow_mut(|c| { *c += 1; *c });
         "owner RefCell counter", "thread_local crate" => |w, t, i| bump(w.tl_cell.get_or_default());
         "owner RefCell counter", "RankLocal<Epoch>: with_own" => |w, t, i| w.own_cell.with_own(bump);
-        "owner RefCell counter", "RankLocal<Epoch>: get_own" => |w, t, i| bump(w.own_cell_get.get_own());
+        "owner RefCell counter", "RankLocal<Epoch>: get_own" => |w, t, i| bump(&w.own_cell_get.get_own());
         "owner RefCell counter", "static RankLocal: with_own" => |w, t, i| black_box(&STATIC_CELL).with_own(bump);
         "owner RefCell counter", "rank_local!: with_own" => |w, t, i| MACRO_CELL.with_own(bump);
         "delegated with_for (scoped)", "RankLocal<Epoch>: get_for" => |w, t, i| lookup(&w.epoch, rr(w, t, i));

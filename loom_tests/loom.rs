@@ -1246,3 +1246,94 @@ fn m23b_reader_races_a_sweep_baseline() {
         reader_races_a_sweep::<Baseline>,
     );
 }
+
+/// 24. The deferred exit drop (I41): the owner holds an `OwnRef` (a guard `get_own` counted)
+///     while its exit work runs, and a delegate's `with_for` of its rank races both on another
+///     thread. The exit work finds the guard counted and leaves the drop to it (LINGERING: the
+///     reader then sees none) or, if the reader moved the value on first, keeps it (the reader read
+///     the live value; no sweep frees it under the guard). The owner reads through the guard after
+///     its exit work, then drops it: the last guard drops a LINGERING value, on the owner thread
+///     (the canary's cell, written by its drop, and its `Track` catch a read after the drop, a
+///     double drop and a leak).
+fn deferred_exit_drop_while_a_delegate_reads<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    let g = rl.get_own();
+    assert_eq!(g.look(), 5);
+    let id = RankId::this_thread();
+    let reader = {
+        let rl = rl.clone();
+        thread::spawn(move || rl.with_for(id, Canary::look))
+    };
+    ranklocal::__loom_exit_thread(); // the owner's exit work, with the guard alive
+    assert_eq!(g.look(), 5, "read a dropped value through a guard");
+    drop(g); // the last guard: drops a LINGERING value here
+    let a = reader.join().unwrap();
+    assert!(a.is_none() || a == Some(5), "read a dropped value: {a:?}");
+    rl.reclaim_exited();
+    let after = rl.with_for(id, Canary::look);
+    if a.is_some() {
+        // 1: the reader moved it on first: kept (a guard read it past the exit work)
+        assert_eq!(after, Some(5), "a value read through a guard was swept");
+        outcome(1);
+    } else {
+        // 2: the exit work left it to the guard, whose drop dropped it
+        assert_eq!(after, None, "the value came back");
+        outcome(2);
+    }
+}
+
+#[test]
+fn m24_deferred_exit_drop_while_a_delegate_reads_epoch() {
+    model(
+        "m24 deferred exit drop while a delegate reads (epoch)",
+        18_000,
+        0b11,
+        deferred_exit_drop_while_a_delegate_reads::<Epoch>,
+    );
+}
+
+/// 25. Adoption (I42) races the ending thread's last guard: the owner of a recycling map's value
+///     holds an `OwnRef` through its exit work (the value lingers), while a new thread's first
+///     touch runs; the owner then reads through the guard and drops it (the value becomes
+///     VACANT, for a new rank to adopt). The new thread adopts the value only after that drop
+///     (then it reads the owner's 5) or builds its own (7); never both at once: the guard count
+///     and the value are loom cells, so an adoption under a live guard is a causality violation,
+///     and a value handed to two ranks is dropped twice (`Track`).
+fn adoption_races_the_last_guard<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::recycling());
+    let g = rl.get_own();
+    ranklocal::__loom_exit_thread(); // the owner's exit work, with the guard alive
+    let newcomer = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            ranklocal::__loom_register_thread();
+            let v = rl.get_own_or(|| {
+                let c = Canary::default();
+                c.cell.with_mut(|p| unsafe { *p = 7 });
+                c
+            });
+            let seen = v.look();
+            drop(v);
+            ranklocal::__loom_exit_thread();
+            seen
+        })
+    };
+    assert_eq!(g.look(), 5, "the value changed under a live guard");
+    drop(g); // the last guard: the value is vacated here
+    let seen = newcomer.join().unwrap();
+    assert!(seen == 5 || seen == 7, "read a dropped value: {seen}");
+    // 1: adopted after the last guard's drop; 2: built its own
+    outcome(if seen == 5 { 1 } else { 2 });
+}
+
+#[test]
+fn m25_adoption_races_the_last_guard_epoch() {
+    model(
+        "m25 adoption races the ending thread's last guard (epoch)",
+        47,
+        0b11,
+        adoption_races_the_last_guard::<Epoch>,
+    );
+}

@@ -234,6 +234,51 @@
 //! assert_eq!(*KEY.get(), 7); // the hand-made slot's value: a live `u32`
 //! ```
 
+/// # `OwnRef` stays on its thread and ends before its map
+///
+/// The guard the owner-only family hands out is neither `Send` nor `Sync` (the guard count it
+/// keeps is its thread's own, I41), whatever `T`; the `&T` it lends is a plain reference, shared
+/// like any (for a `Sync` `T`) and ending before the guard's drop, on the owner thread. The
+/// guard borrows its `RankLocal`, which cannot be dropped or mutably borrowed while it lives.
+///
+/// ```compile_fail,E0277
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// let g = rl.get_own();
+/// std::thread::scope(|s| { s.spawn(move || *g); });
+/// ```
+/// ```compile_fail,E0277
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// let g = rl.get_own();
+/// let g = &g;
+/// std::thread::scope(|s| { s.spawn(move || **g); });
+/// ```
+/// ```
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// let g = rl.get_own();
+/// let v: &u32 = &g;
+/// assert_eq!(std::thread::scope(|s| s.spawn(move || *v).join().unwrap()), 0);
+/// ```
+/// ```compile_fail,E0505
+/// let rl = ranklocal::RankLocal::<u32>::new();
+/// let g = rl.get_own();
+/// drop(rl);
+/// assert_eq!(*g, 0);
+/// ```
+/// ```compile_fail,E0502
+/// let mut rl = ranklocal::RankLocal::<u32>::new();
+/// let g = rl.get_own();
+/// rl.clear();
+/// assert_eq!(*g, 0);
+/// ```
+/// ```
+/// let mut rl = ranklocal::RankLocal::<u32>::new();
+/// let g = rl.get_own();
+/// assert_eq!(*g, 0);
+/// drop(g);
+/// rl.clear();
+/// ```
+pub struct OwnRefStaysOnItsThread;
+
 /// # `Iter` is `Send` and `Sync` exactly when `T: Sync`
 ///
 /// `Iter` yields `&T`s, so like `slice::Iter` it may cross threads when `&T` may: when `T: Sync`.

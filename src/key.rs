@@ -8,7 +8,7 @@ use core::cell::{Cell, RefCell};
 
 use crate::identity::{self, RankId};
 use crate::primitive::LocalKey;
-use crate::rank_local::{AccessError, Iter, RankLocal, SyncValue};
+use crate::rank_local::{AccessError, Iter, OwnRef, RankLocal, SyncValue};
 
 /// A rank-local static declared with [`rank_local!`](crate::rank_local); use it like a
 /// `std::thread::LocalKey`, but with `'static` references and delegation.
@@ -347,8 +347,11 @@ impl<T: Send + 'static> RankLocalKey<T> {
         self.inner.0.with_existing(f)
     }
 
-    /// This OS thread's own instance, created with the static's initializer on first use, as a
-    /// `&'static T` (see [`RankLocal::get_own`]): ignores `on_behalf_of`, needs `T: Send` only.
+    /// This OS thread's own instance, created with the static's initializer on first use, as an
+    /// [`OwnRef`] (see [`RankLocal::get_own`]): ignores `on_behalf_of`, needs `T: Send` only. A
+    /// value only reached through `OwnRef`s and [`with_own`](Self::with_own) is dropped when its
+    /// thread exits, as `thread_local!`'s are; [`OwnRef::leak`] gives a `&'static T` and keeps
+    /// the value.
     ///
     /// ```
     /// use ranklocal::rank_local;
@@ -366,20 +369,16 @@ impl<T: Send + 'static> RankLocalKey<T> {
     /// As [`RankLocal::get_own`].
     #[inline]
     #[track_caller]
-    pub fn get_own(&'static self) -> &'static T {
+    pub fn get_own(&'static self) -> OwnRef<'static, T> {
         // The slot holds this thread's own, escaped instance (I8): whatever the delegation,
-        // that is the instance `get_own` returns.
+        // that is the instance `get_own` reaches, kept already.
         if let Some(v) = self.slot.with(Cell::get) {
-            return v;
+            return OwnRef::kept(v);
         }
-        let v = self.inner.0.get_own_or(self.init);
-        if identity::acting_as_self() {
-            self.slot.with(|s| s.set(Some(v))); // (I8)
-        }
-        v
+        self.inner.0.get_own_or(self.init)
     }
 
-    /// This OS thread's own instance if it exists, as a `&'static T`; never creates one (see
+    /// This OS thread's own instance if it exists, as an [`OwnRef`]; never creates one (see
     /// [`RankLocal::try_get_own`]).
     ///
     /// ```
@@ -392,12 +391,12 @@ impl<T: Send + 'static> RankLocalKey<T> {
     ///
     /// assert!(SEEN.try_get_own().is_none());
     /// SEEN.with_own(|s| s.set(true));
-    /// assert_eq!(SEEN.try_get_own().map(Cell::get), Some(true));
+    /// assert_eq!(SEEN.try_get_own().map(|s| s.get()), Some(true));
     /// ```
     #[inline]
-    pub fn try_get_own(&'static self) -> Option<&'static T> {
+    pub fn try_get_own(&'static self) -> Option<OwnRef<'static, T>> {
         if let Some(v) = self.slot.with(Cell::get) {
-            return Some(v); // as in `get_own` (I8)
+            return Some(OwnRef::kept(v)); // as in `get_own` (I8)
         }
         self.inner.0.try_get_own()
     }

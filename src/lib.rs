@@ -244,7 +244,7 @@ pub use crate::delegation::{on_behalf_of, OnBehalfExt, OnBehalfOf};
 pub use crate::identity::{Rank, RankId};
 #[cfg(not(loom))]
 pub use crate::key::RankLocalKey;
-pub use crate::rank_local::{AccessError, Iter, IterMut, RankLocal, Reader, SyncValue};
+pub use crate::rank_local::{AccessError, Iter, IterMut, OwnRef, RankLocal, Reader, SyncValue};
 
 #[doc(hidden)]
 #[cfg(not(loom))]

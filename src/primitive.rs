@@ -35,6 +35,65 @@ pub(crate) use loom::sync::{
 #[cfg(loom)]
 pub(crate) use loom::{alloc::Track, cell::UnsafeCell};
 
+/// A cell that one thread at a time reads and writes, by a protocol its users state (an
+/// instance's owner-only guard count, touched only by the instance's own OS thread): no
+/// synchronization of its own. A std `UnsafeCell` normally, loom's under loom, so that loom
+/// reports two threads touching it without a happens-before edge.
+pub(crate) struct OwnerCell<T: Copy> {
+    #[cfg(not(loom))]
+    cell: core::cell::UnsafeCell<T>,
+    #[cfg(loom)]
+    cell: loom::cell::UnsafeCell<T>,
+}
+
+// SAFETY: the cell's users promise that only one thread touches it at a time, with a
+// happens-before edge between successive threads (`OwnerCell::get`/`set`'s contract); `T: Send`
+// for the value to move between those threads.
+unsafe impl<T: Copy + Send> Sync for OwnerCell<T> {}
+
+impl<T: Copy> OwnerCell<T> {
+    pub(crate) fn new(v: T) -> Self {
+        OwnerCell {
+            #[cfg(not(loom))]
+            cell: core::cell::UnsafeCell::new(v),
+            #[cfg(loom)]
+            cell: loom::cell::UnsafeCell::new(v),
+        }
+    }
+
+    /// The value.
+    ///
+    /// # Safety
+    /// No other thread writes the cell meanwhile, and any earlier write by another thread
+    /// happens before this read.
+    #[inline]
+    pub(crate) unsafe fn get(&self) -> T {
+        #[cfg(not(loom))]
+        // SAFETY: the caller's contract: no write races this read.
+        return unsafe { *self.cell.get() };
+        #[cfg(loom)]
+        // SAFETY: as above.
+        return self.cell.with(|p| unsafe { *p });
+    }
+
+    /// Writes the value.
+    ///
+    /// # Safety
+    /// No other thread reads or writes the cell meanwhile, and every earlier access by another
+    /// thread happens before this write.
+    #[inline]
+    pub(crate) unsafe fn set(&self, v: T) {
+        #[cfg(not(loom))]
+        // SAFETY: the caller's contract: no access races this write.
+        unsafe {
+            *self.cell.get() = v;
+        }
+        #[cfg(loom)]
+        // SAFETY: as above.
+        self.cell.with_mut(|p| unsafe { *p = v });
+    }
+}
+
 /// The key type of a [`tls!`] thread-local (only the `rank_local!` form names it, and that form
 /// does not exist under loom).
 #[cfg(not(loom))]

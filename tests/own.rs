@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 
-use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
+use ranklocal::{on_behalf_of, Backend, OwnRef, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     the_family_on_refcell_and_cell,
@@ -19,7 +19,7 @@ common::backend_tests! {
     with_own_and_with_reach_the_same_instance,
     with_own_values_are_dropped_at_exit_before_join,
     exit_drops_run_on_the_thread_as_its_rank,
-    get_own_values_are_kept_after_exit,
+    leaked_get_own_values_are_kept_after_exit,
     with_upgraded_values_wait_for_a_sweep,
     with_for_that_joins_the_owner_does_not_deadlock,
     exit_drop_while_the_rank_local_is_dropped,
@@ -138,8 +138,11 @@ fn the_family_on_refcell_and_cell<B: Backend>() {
         Some(vec![1, 2])
     );
     let r = rl.get_own();
-    assert!(std::ptr::eq(r, rl.get_own_or(|| unreachable!("exists"))));
-    assert!(std::ptr::eq(r, rl.try_get_own().unwrap()));
+    assert!(std::ptr::eq(
+        &*r,
+        &*rl.get_own_or(|| unreachable!("exists"))
+    ));
+    assert!(std::ptr::eq(&*r, &*rl.try_get_own().unwrap()));
     assert_eq!(*r.borrow(), [1, 2]);
     assert_eq!(rl.len(), 1);
 
@@ -193,7 +196,7 @@ fn with_own_and_with_reach_the_same_instance<B: Backend>() {
     let a = rl.with_own(|v| v as *const AtomicUsize as usize);
     let b = rl.with(|v| v as *const AtomicUsize as usize);
     assert_eq!(a, b);
-    assert!(std::ptr::eq(rl.get(), rl.get_own()));
+    assert!(std::ptr::eq(rl.get(), &*rl.get_own()));
     // and the other way round, on a fresh thread
     thread::scope(|s| {
         s.spawn(|| {
@@ -254,20 +257,25 @@ fn exit_drops_run_on_the_thread_as_its_rank<B: Backend>() {
     assert_eq!(*seen.lock().unwrap(), [(id, rank)]);
 }
 
-fn get_own_values_are_kept_after_exit<B: Backend>() {
+/// `OwnRef::leak` keeps the value (as `get_own` did before it returned a guard).
+fn leaked_get_own_values_are_kept_after_exit<B: Backend>() {
     let sink = AtomicUsize::new(0);
     let drops = AtomicUsize::new(0);
     let rl = RankLocal::<Tally<'_>, B>::new();
     thread::scope(|s| {
         s.spawn(|| {
             rl.with_own_or(|| Tally::new(&sink, &drops), |t| t.n.set(1));
-            rl.get_own_or(|| unreachable!("exists")).n.set(2); // escapes
+            OwnRef::leak(rl.get_own_or(|| unreachable!("exists")))
+                .n
+                .set(2); // kept
         })
         .join()
         .unwrap();
         s.spawn(|| {
-            rl.try_get_own(); // nothing to escape: this thread has none
-            rl.get_own_or(|| Tally::new(&sink, &drops)).n.set(3);
+            let _ = rl.try_get_own(); // nothing to keep: this thread has none
+            OwnRef::leak(rl.get_own_or(|| Tally::new(&sink, &drops)))
+                .n
+                .set(3);
         })
         .join()
         .unwrap();
@@ -556,8 +564,8 @@ fn a_keys_own_family_and_exit_drop() {
     on_behalf_of(job.id(), || KEY_SPANS.with_own(|s| s.borrow_mut().push(2)));
     assert_eq!(*KEY_SPANS.get_own().borrow(), [1, 2]);
     assert!(std::ptr::eq(
-        KEY_SPANS.get_own(),
-        KEY_SPANS.try_get_own().unwrap()
+        &*KEY_SPANS.get_own(),
+        &*KEY_SPANS.try_get_own().unwrap()
     ));
     on_behalf_of(job.id(), || {
         assert_eq!(KEY_SPANS.with_own_existing(|s| s.borrow().len()), Some(2));

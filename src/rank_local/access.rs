@@ -32,14 +32,64 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[cfg(not(loom))]
     #[must_use]
     pub const fn new() -> Self {
-        empty_rank_local!(B::EMPTY)
+        empty_rank_local!(B::EMPTY, false)
     }
 
     /// An empty `RankLocal` (not `const` under loom).
     #[cfg(loom)]
     #[must_use]
     pub fn new() -> Self {
-        empty_rank_local!(B::empty())
+        empty_rank_local!(B::empty(), false)
+    }
+
+    /// An empty `RankLocal` with the `thread_local` crate's lifecycle, made sound: a thread's
+    /// value outlives its thread, and a new thread adopts it instead of building its own.
+    ///
+    /// A value only the owner-only family reached (`get_own*` guards, `with_own*`) is not
+    /// dropped when its thread exits: it stays in the map, so `iter`, `iter_mut`, `into_iter`
+    /// and `len` see it and a sum after `join` counts every thread; and the first touch of a new
+    /// rank adopts it, as it is, instead of calling `init` — never while the ended thread still
+    /// holds an [`OwnRef`](crate::OwnRef) of it, never to two ranks at once, the most recently
+    /// ended first. So the map holds at most as many such values as threads were alive at once,
+    /// and all are dropped with the map (or by `&mut` access). A value another thread reached
+    /// (`get`, `get_for`, `iter`, `with`, `with_for`, `for_each`) is kept under its own rank
+    /// instead, and never handed on; values are never dropped by a sweep.
+    /// [`new`](Self::new) never hands a value to another rank.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::cell::Cell;
+    /// use std::sync::Arc;
+    ///
+    /// // was: Arc<thread_local::ThreadLocal<Cell<u64>>>
+    /// let tls = Arc::new(RankLocal::<Cell<u64>>::recycling());
+    /// let threads: Vec<_> = (0..5)
+    ///     .map(|_| {
+    ///         let tls = Arc::clone(&tls);
+    ///         std::thread::spawn(move || {
+    ///             let cell = tls.get_own_or(|| Cell::new(0)); // was: tls.get_or(..)
+    ///             cell.set(cell.get() + 1);
+    ///         })
+    ///     })
+    ///     .collect();
+    /// for t in threads {
+    ///     t.join().unwrap();
+    /// }
+    /// let tls = Arc::try_unwrap(tls).unwrap();
+    /// let total: u64 = tls.into_iter().map(|(_, c)| c.get()).sum();
+    /// assert_eq!(total, 5); // every thread counted, after `join`
+    /// ```
+    #[cfg(not(loom))]
+    #[must_use]
+    pub const fn recycling() -> Self {
+        empty_rank_local!(B::EMPTY, true)
+    }
+
+    /// An empty recycling `RankLocal` (not `const` under loom).
+    #[cfg(loom)]
+    #[must_use]
+    pub fn recycling() -> Self {
+        empty_rank_local!(B::empty(), true)
     }
 
     /// An empty `RankLocal`, for code ported from the `thread_local` crate's

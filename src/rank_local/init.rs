@@ -189,6 +189,12 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
                 }
             }
         }
+        // a recycling map's new rank adopts an ended rank's value instead of running `init`
+        if let Some(i) = w.adopt(rank, access) {
+            if let Some(h) = hand(&w, i) {
+                return Ok((h, false));
+            }
+        }
         w.claims.push(Claim { rank, thread: me });
         drop(w);
 

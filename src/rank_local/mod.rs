@@ -48,6 +48,7 @@ use self::init::Claim;
 pub use self::iter::{Iter, IterMut};
 pub use self::local_key::AccessError;
 pub use self::own::SyncValue;
+pub use self::raw::OwnRef;
 pub(crate) use self::raw::{run_exit_work, Gate};
 pub use self::reader::Reader;
 use self::reclaim::Sweep;
@@ -172,9 +173,9 @@ struct Writer {
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
 macro_rules! empty_rank_local {
-    ($map:expr) => {
+    ($map:expr, $recycling:expr) => {
         $crate::rank_local::RankLocal {
-            core: $crate::rank_local::raw::Core::new($map),
+            core: $crate::rank_local::raw::Core::new($map, $recycling),
             writer: $crate::primitive::Mutex::new($crate::rank_local::raw::Guarded::new(
                 $crate::rank_local::Writer {
                     claims: Vec::new(),

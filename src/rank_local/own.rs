@@ -1,15 +1,15 @@
-//! Owner-only access — `get_own`, `get_own_or`, `try_get_own`, `with_own`, `with_own_or`,
-//! `try_with_own`, `with_own_existing` — and dropping, at its thread's exit, an instance only
-//! `with_own` reached (I39).
+//! Owner-only access — `get_own`, `get_own_or`, `try_get_own` (as [`OwnRef`] guards), `with_own`,
+//! `with_own_or`, `try_with_own`, `with_own_existing` — and dropping, at its thread's exit, an
+//! instance only this family reached (I39, I41).
 //!
 //! The family always reaches the calling OS thread's own instance (`identity::own_raw`), also
 //! inside `on_behalf_of`, so it needs `T: Send` only: no other thread can reach the instance but
 //! through the rank-aware methods, which need `T: Sync` ([`SyncValue`]).
 //!
 //! # Exit drop
-//! An instance only `with_own` reached so far is OWNED: its thread's exit hook drops it on that
-//! thread, as its own rank, as std's `thread_local!` does; any other access moves it on first
-//! (the gate in `raw`, I39).
+//! An instance only this family reached so far is OWNED: its thread's exit hook drops it on that
+//! thread, as its own rank, as std's `thread_local!` does, or leaves it to the last live
+//! `OwnRef` (I41); any other access moves it on first (the gate in `raw`, I39).
 
 #![deny(unsafe_code)]
 
@@ -18,7 +18,7 @@ use core::fmt;
 
 use super::infallible;
 use super::init::Access;
-use super::raw::{Inst, LiveOwner, OwnRank, OwnerTag, Pinned};
+use super::raw::{Held, Inst, LiveOwner, OwnRank, OwnRef, OwnerTag, Pinned};
 use super::{AccessError, RankLocal};
 use crate::backend::Backend;
 use crate::identity;
@@ -66,11 +66,18 @@ fn as_own<T>(rank: u64, init: impl FnOnce() -> T) -> T {
 
 /// The owner-only family: `T: Send` only.
 impl<T: Send, B: Backend> RankLocal<T, B> {
-    /// This OS thread's own instance, created with `T::default()` on first use, as a `&T` that
-    /// lives as long as the `RankLocal`. Unlike [`get`](Self::get) it ignores
-    /// [`on_behalf_of`](crate::on_behalf_of) — it is always the calling thread's own — so it needs
-    /// `T: Send` only: a `RefCell` or `Cell` is fine. The instance is kept (like `get`'s) until
-    /// `&mut` access or the `RankLocal`'s drop.
+    /// This OS thread's own instance, created with `T::default()` on first use, as an
+    /// [`OwnRef`]: a guard that derefs to `T` and stays on this thread. Unlike
+    /// [`get`](Self::get) it ignores [`on_behalf_of`](crate::on_behalf_of) — it is always the
+    /// calling thread's own — so it needs `T: Send` only: a `RefCell` or `Cell` is fine.
+    ///
+    /// The guard can be held across calls (a searcher, an iterator). A value only ever reached
+    /// through `OwnRef`s and [`with_own`](Self::with_own) is dropped when its thread exits, on
+    /// that thread, before `join` returns — or, if an `OwnRef` of it is still alive then (kept by
+    /// another thread-local's destructor), when the last one is dropped, on that thread.
+    /// [`OwnRef::leak`] makes it a plain `&T`, and the value a kept one (like `get`'s: until
+    /// `&mut` access or the `RankLocal`'s drop). The hit path is one thread-cache probe and a
+    /// count the guard's drop takes back: no lock, no atomic read-modify-write, no allocation.
     ///
     /// ```
     /// use ranklocal::{on_behalf_of, Rank, RankLocal};
@@ -87,14 +94,14 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// As [`get`](Self::get).
     #[inline]
     #[track_caller]
-    pub fn get_own(&self) -> &T
+    pub fn get_own(&self) -> OwnRef<'_, T>
     where
         T: Default,
     {
         self.get_own_or(T::default)
     }
 
-    /// This OS thread's own instance, created with `init` on first use; see
+    /// This OS thread's own instance, created with `init` on first use, as an [`OwnRef`]; see
     /// [`get_own`](Self::get_own).
     ///
     /// ```
@@ -110,31 +117,50 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or).
     #[inline]
     #[track_caller]
-    pub fn get_own_or(&self, init: impl FnOnce() -> T) -> &T {
-        if let Some(v) = self.cached_own() {
-            return v;
-        }
-        self.get_own_slow(identity::own_raw_or_zero(), init)
+    pub fn get_own_or(&self, init: impl FnOnce() -> T) -> OwnRef<'_, T> {
+        let held = match self.own_entry_ref(identity::own_raw_or_zero()) {
+            Some(h) => h,
+            None => self.get_own_slow(init),
+        };
+        OwnRef::held(held)
     }
 
+    /// `get_own_or` after the `with_own` entry missed: the live owner looks up (or creates
+    /// OWNED) its instance and caches it; a thread past its exit hook (a late thread-local
+    /// destructor) gets a LINGERING instance counted, and any other kept (I41).
     #[cold]
     #[track_caller]
-    fn get_own_slow(&self, rank: u64, init: impl FnOnce() -> T) -> &T {
-        let rank = if rank == 0 {
-            identity::own_raw()
-        } else {
-            if let Some(v) = self.lookup_slow::<OwnRank>(rank) {
-                return v;
-            }
-            rank
-        };
+    fn get_own_slow(&self, init: impl FnOnce() -> T) -> Held<'_, T> {
+        let fresh = identity::own_raw_or_zero() == 0;
+        let rank = identity::own_raw();
         let init = || Ok::<T, Infallible>(as_own(rank, init));
-        // escaped, and cached under the thread's own rank
-        let v = infallible(self.first_touch_escaped::<OwnRank, _>(rank, init));
-        v
+        if let Some(owner) = LiveOwner::new(self, rank) {
+            let found = if fresh { None } else { owner.get() };
+            let i = match found {
+                Some(i) => i,
+                None => infallible(self.first_touch_owner(&owner, init, Access::Own)),
+            };
+            owner.cache(i, OwnerTag::Own);
+            return owner
+                .own_ref(i)
+                .expect("ranklocal: the live owner's instance is in use");
+        }
+        if let Some(g) = self.own_ref_late(rank) {
+            return g;
+        }
+        // escaped (kept), then found again as a counted guard
+        infallible(self.first_touch_escaped::<OwnRank, _>(rank, init));
+        self.own_ref_late(rank)
+            .expect("ranklocal: an escaped instance stays in the map")
     }
 
-    /// This OS thread's own instance if it exists, as a `&T` that is kept (see
+    /// Past the exit hook (or under loom, where thread liveness is not tracked): the thread's
+    /// own instance under a pin, a LINGERING one counted, any other kept (I41).
+    fn own_ref_late(&self, rank: u64) -> Option<Held<'_, T>> {
+        Pinned::new(self).get(rank).and_then(Inst::own_ref)
+    }
+
+    /// This OS thread's own instance if it exists, as an [`OwnRef`] (see
     /// [`get_own`](Self::get_own)); never creates one.
     ///
     /// ```
@@ -144,16 +170,30 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// let rl: RankLocal<Cell<u8>> = RankLocal::new();
     /// assert!(rl.try_get_own().is_none());
     /// rl.with_own(|c| c.set(3));
-    /// assert_eq!(rl.try_get_own().map(Cell::get), Some(3));
+    /// assert_eq!(rl.try_get_own().map(|c| c.get()), Some(3));
     /// ```
     #[inline]
-    pub fn try_get_own(&self) -> Option<&T> {
+    pub fn try_get_own(&self) -> Option<OwnRef<'_, T>> {
         let rank = identity::own_raw_or_zero();
         if rank == 0 {
             return None; // no id yet: no map holds an instance of it
         }
-        self.cached_own()
-            .or_else(|| self.lookup_slow::<OwnRank>(rank))
+        let held = match self.own_entry_ref(rank) {
+            Some(h) => h,
+            None => self.try_get_own_slow(rank)?,
+        };
+        Some(OwnRef::held(held))
+    }
+
+    #[cold]
+    fn try_get_own_slow(&self, rank: u64) -> Option<Held<'_, T>> {
+        if let Some(owner) = LiveOwner::new(self, rank) {
+            let i = owner.get()?;
+            let g = owner.own_ref(i)?;
+            owner.cache(i, OwnerTag::Own);
+            return Some(g);
+        }
+        self.own_ref_late(rank)
     }
 
     /// This OS thread's own instance, created with `T::default()` on first use, lent to `f`:
@@ -322,8 +362,16 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         // this thread acts on its own instance through this family, so an OWNED one is used as it
         // is: its exit work runs on this thread, after this read (I39).
         let pin = Pinned::new(self);
-        if let Some(v) = pin.get(rank).and_then(Inst::own) {
-            return Some(f(v));
+        if let Some(i) = pin.get(rank) {
+            // LINGERING: lent through a counted guard, so that a guard dropped inside `f` cannot
+            // drop the value under it (I41).
+            if let Some(h) = i.lingering_ref() {
+                drop(pin);
+                return Some(f(&OwnRef::held(h)));
+            }
+            if let Some(v) = i.own() {
+                return Some(f(v));
+            }
         }
         drop(pin);
         let r = infallible(self.first_touch_scoped::<OwnRank, _, _>(rank, init?, f));

@@ -20,7 +20,7 @@ use core::cell::Cell;
 use core::panic::AssertUnwindSafe;
 use std::collections::BTreeMap;
 
-use super::instance::{drop_payload, InstancePtr, DROPPED};
+use super::instance::{drop_payload, InstancePtr, DROPPED, LINGERING, OWNED};
 use super::{Inst, Locked, Taken, Tracks};
 use crate::backend::Backend;
 use crate::erased::Erased;
@@ -41,6 +41,8 @@ pub(crate) struct Gate {
     closed: AtomicBool,
     /// `exit_one::<T>` for the `RankLocal`'s `T`.
     exit_one: for<'a> fn(&'a Gate, MutexGuard<'a, GateInner>, u64),
+    /// The `RankLocal` is `recycling()`: the exit work vacates instead of dropping (I42).
+    recycling: bool,
 }
 
 /// What the gate lock guards.
@@ -58,10 +60,13 @@ pub(crate) struct GateInner {
     in_flight: usize,
     /// Threads waiting on `idle`.
     waiters: usize,
+    /// Recycling `RankLocal`s: the VACANT instances, as (the ended rank they are published
+    /// under, instance), most recently ended last (I42).
+    pub(super) free: Vec<(u64, Erased)>,
 }
 
 impl Gate {
-    pub(super) fn new<T: Send>() -> Arc<Gate> {
+    pub(super) fn new<T: Send>(recycling: bool) -> Arc<Gate> {
         Arc::new(Gate {
             inner: Mutex::new(GateInner {
                 alive: true,
@@ -69,10 +74,12 @@ impl Gate {
                 tombs: Vec::new(),
                 in_flight: 0,
                 waiters: 0,
+                free: Vec::new(),
             }),
             idle: Condvar::new(),
             closed: AtomicBool::new(false),
             exit_one: exit_one::<T>,
+            recycling,
         })
     }
 
@@ -128,6 +135,32 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, rank: u64) {
         return;
     };
     let p = InstancePtr::<T>::new(p);
+    // SAFETY: as for `meta` below; this is the instance's own thread (checked above), the only
+    // one that touches its guard count (I41).
+    if unsafe { p.meta().guards() } != 0 {
+        // An `OwnRef` of it is alive (another thread-local's destructor holds it): its last
+        // guard's drop drops it, on this thread (LINGERING), or, if a reader moved it on
+        // meanwhile, it is kept (I41).
+        // SAFETY: as just said.
+        unsafe {
+            let meta = p.meta();
+            if meta.linger() {
+                meta.set_linger(g as *const Gate as usize, rank);
+            } else {
+                meta.keep();
+            }
+        }
+        return;
+    }
+    if g.recycling {
+        // SAFETY: as for `meta` below.
+        if unsafe { p.meta() }.vacate(OWNED) {
+            // Stays in place, for a new rank to adopt (I42); a reader that moved it on first
+            // made it a kept value.
+            s.free.push((rank, p.erased()));
+        }
+        return;
+    }
     // SAFETY:
     // - `meta`: every entry of a gate's map is an instance of the `RankLocal<T, _>` that made the
     //   gate with `exit_one::<T>` (I5, I39), alive while it is in the map and the gate is alive:
@@ -161,6 +194,48 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, rank: u64) {
     let _landed = Landed(g, outer);
     // Dropped here, outside the gate lock, on the owner's thread as its own rank (I10, I39).
     drop(value);
+}
+
+/// The last guard's drop of a LINGERING instance (I41): what the exit work left to it — move
+/// the value out (LINGERING → EXITING → DROPPED), hand the tombstone to a sweep, drop the value,
+/// on this thread, as its own rank. Does nothing if the value was kept since (`OwnRef::leak`).
+#[cold]
+#[inline(never)]
+pub(super) fn end_linger<T>(p: InstancePtr<T>) {
+    // SAFETY: called by the last counted guard's drop, on the instance's own thread (I41): the
+    // instance is allocated (the guard borrowed its `RankLocal`, so no `&mut` access or drop
+    // freed it, and no sweep takes a LINGERING instance, I41).
+    let meta = unsafe { p.meta() };
+    // SAFETY: as just said; this thread alone touches the count (I41).
+    let own = unsafe { meta.take_linger() };
+    // SAFETY: the gate of the instance's `RankLocal`, which the exit work recorded: the
+    // `RankLocal` holds it until its drop, which the guard's borrow excluded until now (I41).
+    let g = unsafe { &*(own.gate as *const Gate) };
+    let mut s = lock(&g.inner);
+    if !s.alive {
+        return;
+    }
+    if g.recycling {
+        if meta.vacate(LINGERING) {
+            s.free.push((own.rank, p.erased())); // for a new rank to adopt (I42)
+        }
+        return;
+    }
+    if !meta.end_linger() {
+        return; // kept since (`OwnRef::leak`)
+    }
+    // SAFETY: as above, and this thread moved it to EXITING: nothing else reads or writes the
+    // value (I39, I41).
+    let value = unsafe { p.take_value() };
+    s.tombs.push(own.rank);
+    drop(s);
+    // Dropped outside the gate lock, on the owner's thread, as its own rank (I10, I41).
+    let rank = identity::RankId::from_raw(own.rank);
+    if identity::current_raw() == own.rank {
+        drop(value);
+    } else {
+        crate::delegation::on_behalf_of(rank, move || drop(value));
+    }
 }
 
 impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
@@ -198,7 +273,14 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             return;
         };
         let mut s = lock(&gate.inner);
-        for (rank, p) in core::mem::take(&mut s.owned) {
+        let owned = core::mem::take(&mut s.owned);
+        if !owned.is_empty() {
+            // Relaxed: `&mut self`. A fresh uid on next use: no own entry of a thread survives
+            // for an instance that leaves the gate, since `get_own`'s hit counts guards without
+            // looking at the state (I41).
+            self.core.uid.store(crate::cache::NO_UID, Ordering::Relaxed);
+        }
+        for (rank, p) in owned {
             // SAFETY: an entry of the gate: an instance of this map, alive while it is in the
             // gate's map (I39), and `&mut self` excludes every other user (I6).
             unsafe { Inst::new(self, rank, p) }.meta().settle();
@@ -235,6 +317,11 @@ pub(super) fn forget_owned<T>(tracks: &Tracks<T>, removed: &[(u64, Erased)]) {
     let mut s = lock(&gate.inner);
     for (rank, _) in removed {
         s.owned.remove(rank);
+    }
+    if !s.free.is_empty() {
+        // nor adopts what is removed (I42)
+        let gone: std::collections::BTreeSet<u64> = removed.iter().map(|(r, _)| *r).collect();
+        s.free.retain(|(rank, _)| !gone.contains(rank));
     }
 }
 

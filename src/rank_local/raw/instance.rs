@@ -12,7 +12,7 @@ use core::ptr::NonNull;
 use crate::delegation::on_behalf_of;
 use crate::erased::Erased;
 use crate::identity::RankId;
-use crate::primitive::{tls, AtomicU64, AtomicUsize, Ordering};
+use crate::primitive::{tls, AtomicU64, AtomicUsize, Ordering, OwnerCell};
 
 /// State of an instance no plain `&T` was handed out for: it may be reclaimed once its rank
 /// exited (I30).
@@ -32,6 +32,28 @@ pub(super) const DROPPED: usize = 5;
 /// A tombstone the sweeper took: unpublished, its allocation freed after a grace period, its
 /// value never dropped again (I39).
 pub(super) const REAPED: usize = 6;
+/// An instance whose thread's exit work found an `OwnRef` of it alive (held by another
+/// thread-local's destructor): the last such guard's drop moves the value out and drops it, on
+/// that thread (I41). No other access uses it meanwhile.
+pub(super) const LINGERING: usize = 7;
+/// An ended rank's value in a recycling `RankLocal`: in place, published under the ended rank,
+/// waiting in the gate's free list for a new rank to adopt it (I42). Readers treat it as OWNED:
+/// one that reaches it moves it on (then it is kept under its rank and never adopted).
+pub(super) const VACANT: usize = 8;
+
+/// The offset of `Meta::guards` while the exit work has not left the drop to the guards: the
+/// cell holds `NOT_LINGERING + count`, and the exit work that defers the drop subtracts it, so
+/// the last guard's drop is the one that brings the cell to 0 (one decrement and one branch on
+/// the hit path's drop, I41). Counts stay far below it.
+const NOT_LINGERING: usize = 1 << (usize::BITS - 2);
+
+/// What the exit work records for the last guard's drop of a LINGERING instance (I41): the gate
+/// (address) of the `RankLocal` and the instance's rank.
+#[derive(Clone, Copy)]
+pub(super) struct Linger {
+    pub(super) gate: usize,
+    pub(super) rank: u64,
+}
 
 /// One allocation per instance (I1, I5): the value first (`repr(C)`: a pointer to the `Instance`
 /// is a pointer to its `T`, so caches and slots hand out `&T` by a plain cast; `ManuallyDrop` is
@@ -53,9 +75,134 @@ pub(super) struct Meta {
     /// before publication: the sweep reads it under the writer lock, `kept_exited` under a pin
     /// after the Acquire load that found the instance.
     born: AtomicU64,
+    /// Owner-only, touched only by the instance's own OS thread (I41): the count of its live
+    /// counted guards, plus [`NOT_LINGERING`] until the exit work left the drop to the last one.
+    guards: OwnerCell<usize>,
+    /// Owner-only (I41): what the last guard's drop needs, set when `NOT_LINGERING` is taken off.
+    linger: OwnerCell<Linger>,
 }
 
 impl Meta {
+    /// Counts a new guard (I41).
+    ///
+    /// # Safety
+    /// Called on the instance's own OS thread (the only one that touches the owner-only cells,
+    /// I41).
+    #[inline]
+    pub(super) unsafe fn hold(&self) {
+        // SAFETY: the caller's contract (I41).
+        unsafe { self.guards.set(self.guards.get() + 1) }
+    }
+
+    /// Ends a guard; `true` if it was the last one of an instance whose drop the exit work left
+    /// to it (I41).
+    ///
+    /// # Safety
+    /// As for [`hold`](Self::hold), for a guard `hold` counted.
+    #[inline]
+    pub(super) unsafe fn release(&self) -> bool {
+        // SAFETY: the caller's contract (I41).
+        unsafe {
+            let n = self.guards.get() - 1;
+            self.guards.set(n);
+            n == 0
+        }
+    }
+
+    /// The count of live counted guards (I41).
+    ///
+    /// # Safety
+    /// As for [`hold`](Self::hold).
+    pub(super) unsafe fn guards(&self) -> usize {
+        // SAFETY: the caller's contract (I41).
+        unsafe { self.guards.get() & (NOT_LINGERING - 1) }
+    }
+
+    /// For the exit work that leaves the drop to the last guard: records the gate and rank it
+    /// needs (I41).
+    ///
+    /// # Safety
+    /// As for [`hold`](Self::hold).
+    pub(super) unsafe fn set_linger(&self, gate: usize, rank: u64) {
+        // SAFETY: the caller's contract (I41).
+        unsafe {
+            self.guards.set(self.guards.get() - NOT_LINGERING);
+            self.linger.set(Linger { gate, rank });
+        }
+    }
+
+    /// For the last guard's drop: what [`set_linger`](Self::set_linger) recorded, cleared.
+    ///
+    /// # Safety
+    /// As for [`hold`](Self::hold).
+    pub(super) unsafe fn take_linger(&self) -> Linger {
+        // SAFETY: the caller's contract (I41).
+        unsafe {
+            self.guards.set(self.guards.get() + NOT_LINGERING);
+            self.linger.get()
+        }
+    }
+
+    /// OWNED → LINGERING, for the exit work that finds a guard alive (I41); `false` if a reader
+    /// moved it on first.
+    pub(super) fn linger(&self) -> bool {
+        // SeqCst: as `begin_exit` (I39).
+        self.state
+            .compare_exchange(OWNED, LINGERING, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// `from` → VACANT, for the exit work (OWNED) or the last guard's drop (LINGERING) of a
+    /// recycling `RankLocal` (I42); `false` if a reader moved it on first (or it was kept).
+    pub(super) fn vacate(&self, from: usize) -> bool {
+        // SeqCst: as `begin_exit` (I39).
+        self.state
+            .compare_exchange(from, VACANT, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// VACANT → `to`, for the first touch that adopts the value (I42); `false` if a reader moved
+    /// it on first.
+    pub(super) fn adopt(&self, to: usize) -> bool {
+        // SeqCst: as `begin_exit` (I39); the value and the owner-only cells were handed over by
+        // the gate lock (I42).
+        self.state
+            .compare_exchange(VACANT, to, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// LINGERING → EXITING, for the last guard's drop (I41); `false` if the value was kept since
+    /// (`OwnRef::leak`).
+    pub(super) fn end_linger(&self) -> bool {
+        // SeqCst: as `begin_exit` (I39).
+        self.state
+            .compare_exchange(LINGERING, EXITING, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// For `OwnRef::leak` (and the exit work that finds a guard alive on a value a reader moved
+    /// on): makes an instance its own thread holds a guard of ESCAPED, kept until `&mut` or the
+    /// drop (I31, I41). OWNED, SCOPED and LINGERING move on; `false` for anything else.
+    pub(super) fn keep(&self) -> bool {
+        let mut now = self.state();
+        loop {
+            if now == ESCAPED {
+                return true;
+            }
+            if !matches!(now, OWNED | SCOPED | LINGERING) {
+                return false;
+            }
+            // AcqRel/Acquire: as in `upgrade`.
+            match self
+                .state
+                .compare_exchange(now, ESCAPED, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
     /// The state, Acquire: pairs with the Release/AcqRel transitions below, so a reader that
     /// sees a (refilled) instance's state sees its value (I39).
     #[inline]
@@ -102,7 +249,7 @@ impl Meta {
             let next = match now {
                 ESCAPED => return true,
                 SCOPED if to == SCOPED => return true,
-                SCOPED | OWNED => to,
+                SCOPED | OWNED | VACANT => to,
                 _ => return false, // RECLAIMING or a tombstone: gone (I30, I39)
             };
             match self
@@ -190,6 +337,8 @@ impl<T> InstancePtr<T> {
             meta: Meta {
                 state: AtomicUsize::new(state),
                 born: AtomicU64::new(born),
+                guards: OwnerCell::new(NOT_LINGERING),
+                linger: OwnerCell::new(Linger { gate: 0, rank: 0 }),
             },
         }));
         InstancePtr {
@@ -204,6 +353,22 @@ impl<T> InstancePtr<T> {
     pub(super) fn new(p: Erased) -> Self {
         InstancePtr {
             p: p.as_ptr(),
+            _t: PhantomData,
+        }
+    }
+
+    /// The value's address: an `OwnRef` holds it, and types the instance back from it (the value
+    /// is the instance's first field, I5).
+    #[inline]
+    pub(super) fn value_ptr(self) -> NonNull<T> {
+        self.p.cast()
+    }
+
+    /// The instance whose value is at `v` ([`value_ptr`](Self::value_ptr)'s inverse).
+    #[inline]
+    pub(super) fn from_value_ptr(v: NonNull<T>) -> Self {
+        InstancePtr {
+            p: v.cast(),
             _t: PhantomData,
         }
     }

@@ -11,6 +11,8 @@
 //! | an escape | [`Inst::escaped`] | [`Escaped`], whose `&'rl T` lasts as long as the `RankLocal` is borrowed | an ESCAPED instance is kept until `&mut` or drop (I31) |
 //! | a held pin ([`Reading`]) | `Reading::new` (`T: Sync + Send`), pinned at its first lookup | `&'reading T` of the map now, SCOPED | as for a pin, held until the reading drops (I32, I33, I40) |
 //! | a walk ([`Walk`]) | [`Locked::walk`] | escaped `&'rl T` of a snapshot | a walk count and a live-iterator count keep sweeps off it (I31, I39) |
+//! | an owner guard count ([`Held`], then [`OwnRef`]) | [`RankLocal::own_entry_ref`], [`Inst::own_ref`], [`Inst::lingering_ref`], on the instance's own thread | `&'rl T` while the guard lives | the exit work leaves a counted value to its last guard; an uncounted one is ESCAPED (I31, I41) |
+//! | the gate's free list | a recycling map's exit work or last guard ([`Locked::adopt`] pops it) | the VACANT instance, re-keyed to the adopting rank | only `&mut` and the drop free a recycling map's instances, and `&mut` removals leave the list first (I42) |
 //! | `&mut RankLocal` | the `&mut` methods | [`Removed`], `&mut T` | no other user exists (I6) |
 //! | a grace period | a [`Batch`] whose token the collector set | [`Removed`] | no reader can still see it (I32) |
 //!
@@ -25,6 +27,7 @@
 
 mod gate;
 mod instance;
+mod own_ref;
 mod reading;
 
 use core::any::Any;
@@ -44,7 +47,9 @@ use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, MutexGuard,
 
 pub(crate) use self::gate::{run_exit_work, Gate};
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
-use self::instance::{InstancePtr, Meta, ESCAPED, OWNED, SCOPED};
+use self::instance::{InstancePtr, Meta, ESCAPED, LINGERING, OWNED, SCOPED};
+pub(super) use self::own_ref::Held;
+pub use self::own_ref::OwnRef;
 pub(super) use self::reading::Reading;
 
 /// A panic payload, kept to re-raise at an explicit reclamation call.
@@ -69,6 +74,9 @@ pub(super) struct Core<T, B: Backend> {
     /// its snapshot, and no sweep frees it. Incremented under the writer lock by
     /// [`Locked::walk`], decremented by the walk's drop.
     iterators: AtomicUsize,
+    /// `RankLocal::recycling()`: an ended rank's owner-only value stays, for a new rank to adopt
+    /// (I42); no exit is watched, so nothing is swept.
+    recycling: bool,
     /// Typed for its `RankLocal`'s `T`: a core cannot be moved to a `RankLocal` of another `T`.
     _t: PhantomData<fn(T) -> T>,
 }
@@ -76,22 +84,24 @@ pub(super) struct Core<T, B: Backend> {
 impl<T, B: Backend> Core<T, B> {
     /// A `RankLocal`'s empty core; `const` except under loom, whose primitives are not.
     #[cfg(not(loom))]
-    pub(super) const fn new(map: B::Map) -> Self {
+    pub(super) const fn new(map: B::Map, recycling: bool) -> Self {
         Core {
             map,
             uid: cache::AtomicUid::new(cache::NO_UID),
             iterators: AtomicUsize::new(0),
+            recycling,
             _t: PhantomData,
         }
     }
 
     /// A `RankLocal`'s empty core (loom's primitives cannot be built in a `const`).
     #[cfg(loom)]
-    pub(super) fn new(map: B::Map) -> Self {
+    pub(super) fn new(map: B::Map, recycling: bool) -> Self {
         Core {
             map,
             uid: cache::AtomicUid::new(cache::NO_UID),
             iterators: AtomicUsize::new(0),
+            recycling,
             _t: PhantomData,
         }
     }
@@ -385,6 +395,45 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
         Some(unsafe { self.p.value() })
     }
 
+    /// A counted [`OwnRef`] of the calling thread's own instance (`None` for another rank's, a
+    /// tombstone, or one being reclaimed), lasting as long as the `RankLocal` is borrowed: an
+    /// OWNED or LINGERING instance stays in place while counted (its exit work, or its last guard,
+    /// drops it, I41); any other is escaped first and kept (I31), its count unused.
+    pub(super) fn own_ref(self) -> Option<Held<'rl, T>> {
+        if self.rank != identity::own_raw() {
+            return None;
+        }
+        if !matches!(self.meta.state(), OWNED | LINGERING) {
+            self.escape_any()?;
+        }
+        // SAFETY: this thread's own instance (checked above), so this thread alone touches its
+        // guard count (I41). The count keeps the value in place for `'rl`: an OWNED instance is in
+        // the gate until its exit work, which leaves a counted instance to its last guard
+        // (LINGERING) or, if a reader moved it on meanwhile, keeps it (ESCAPED); a LINGERING one
+        // moves only by its last guard's drop; an ESCAPED one is kept; `&mut` and the drop are
+        // excluded by the `'rl` borrow (I31, I41). A reader's CAS racing the load above only moves
+        // OWNED on, which the exit work then sees with the count (I41).
+        Some(unsafe {
+            self.meta.hold();
+            Held::new(self.p)
+        })
+    }
+
+    /// An [`OwnRef`] of the calling thread's own instance if it is LINGERING (its exit work left
+    /// it to the last guard, I41): what the owner-only family uses past the exit hook instead of
+    /// the bare value, so that a guard dropped inside the closure cannot drop it under it.
+    pub(super) fn lingering_ref(self) -> Option<Held<'rl, T>> {
+        if self.rank != identity::own_raw() || self.meta.state() != LINGERING {
+            return None;
+        }
+        // SAFETY: this thread's own LINGERING instance: only this thread touches its count, and
+        // only its last guard's drop moves its value out (I41).
+        Some(unsafe {
+            self.meta.hold();
+            Held::new(self.p)
+        })
+    }
+
     /// `true` if the instance was handed out as `&T`: ESCAPED, or SCOPED but published before
     /// an `iter()` took its snapshot (`walks`, I31).
     pub(super) fn handed_out(self, walks: u64) -> bool {
@@ -574,7 +623,46 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 
     /// Asks for `rank`'s exit, whose instance this writer just published (I36).
     pub(super) fn watch_exit(&mut self, rank: u64) {
+        if self.rl.core.recycling {
+            return; // values outlive their rank: nothing to sweep (I42)
+        }
         self.w.tracks.watch_exit(rank);
+    }
+
+    /// A recycling `RankLocal`'s first touch of `rank` (absent, claimed by nobody): adopts the
+    /// most recently ended rank's VACANT value instead of running `init` (I42) — VACANT → the
+    /// state `access` publishes, the same allocation unpublished under its ended rank and
+    /// published under `rank`. `None` if there is none (entries a reader moved on are skipped).
+    pub(super) fn adopt(&self, rank: u64, access: Access) -> Option<Inst<'_, 'rl, T, B>> {
+        if !self.rl.core.recycling || self.get(rank).is_some() {
+            return None;
+        }
+        let gate = self.w.tracks.gate.as_ref()?;
+        loop {
+            let (old, p) = lock(&gate.inner).free.pop()?;
+            // SAFETY: an entry of the gate's free list is an instance of this map, published
+            // under `old`, alive: only `&mut` access or the drop frees a VACANT instance, and
+            // they take it out of the free list first; the writer lock serializes this with every
+            // other adoption (I42).
+            let i = unsafe { Inst::new(self.rl, old, p) };
+            let own = access == Access::Own
+                && LiveOwner::new(self.rl, rank).is_some()
+                && identity::add_exit_gate(gate);
+            let to = match access {
+                Access::Escaped => ESCAPED,
+                Access::Own if own => OWNED,
+                _ => SCOPED,
+            };
+            if !i.meta.adopt(to) {
+                continue; // a reader moved it on: kept under its rank (I42)
+            }
+            B::remove(&self.rl.core.map, &[old]);
+            B::insert(&self.rl.core.map, rank, p);
+            if own {
+                lock(&gate.inner).owned.insert(rank, p);
+            }
+            return self.get(rank);
+        }
     }
 
     /// Exits delivered and not swept yet.
@@ -680,7 +768,11 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 
     /// The gate, made on first use (I39).
     pub(super) fn make_gate(&mut self) {
-        self.w.tracks.gate.get_or_insert_with(Gate::new::<T>);
+        let recycling = self.rl.core.recycling;
+        self.w
+            .tracks
+            .gate
+            .get_or_insert_with(|| Gate::new::<T>(recycling));
     }
 
     fn publish_state(&self, rank: u64, value: T, state: usize) -> Inst<'_, 'rl, T, B> {
@@ -712,6 +804,13 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
                 drop(lock(&g.inner));
             }
         }
+        assert!(
+            meta.state() != LINGERING,
+            "ranklocal: {} asked for its own value on this RankLocal through a method other than \
+             the owner-only family (`with_own*`, `get_own*`) after its exit work, while an OwnRef \
+             of the value is still alive; use the owner-only family in thread-local destructors",
+            identity::RankId::from_raw(rank)
+        );
         assert_eq!(
             meta.state(),
             instance::DROPPED,
@@ -910,18 +1009,6 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         rl
     }
 
-    /// The thread cache's escaped entry for the calling thread's own rank (step 1 of the
-    /// owner-only family's lookups): needs no `T: Sync`, the value is this thread's own (I7).
-    #[inline]
-    pub(super) fn cached_own(&self) -> Option<&T> {
-        let rank = identity::own_raw_or_zero(); // 0 (no id yet) misses
-                                                // Relaxed: as in `cached`.
-        let uid = self.core.uid.load(Ordering::Relaxed);
-        let p = cache::lookup(uid, rank)?;
-        // SAFETY: as in `cached`; the entry is this thread's own rank's.
-        Some(unsafe { InstancePtr::<T>::new(Erased::from_non_null(p)).value() })
-    }
-
     /// The thread cache's escaped entry for `rank` (step 1 of a lookup). Any rank's value may
     /// reach this thread so: `T: Sync` (I7).
     #[inline]
@@ -966,6 +1053,30 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         Ok(f(unsafe {
             InstancePtr::<T>::new(Erased::from_non_null(p)).value()
         }))
+    }
+
+    /// The hit path of `get_own*` (I41): the thread cache's `with_own` entry for `rank` (the
+    /// calling thread's own, or 0, which misses), as a counted [`OwnRef`]; `None` on a miss. No
+    /// atomic read-modify-write, no lock, no allocation, no state check: an own entry is filled
+    /// only for an instance that is OWNED (so in the gate) or ESCAPED ([`LiveOwner::cache`]), and
+    /// dropped (by a fresh uid) when `&mut` access takes instances out of the gate.
+    #[inline]
+    pub(super) fn own_entry_ref(&self, rank: u64) -> Option<Held<'_, T>> {
+        // Relaxed: the uid is only a name here (as in `with_owner_entry`).
+        let uid = self.core.uid.load(Ordering::Relaxed);
+        let p = cache::lookup(uid, rank | OwnerTag::Own.bits())?;
+        let p = InstancePtr::<T>::new(Erased::from_non_null(p));
+        // SAFETY: an own entry was filled by this thread for its own rank while it was alive, for
+        // an instance then OWNED or ESCAPED, and is wiped before its exit work (I34, I39, I41):
+        // the instance is neither reclaimed (I35) nor a tombstone, and this thread alone touches
+        // its guard count. If it was OWNED it is in the gate, whatever a reader moved it to since
+        // (only `&mut` takes it out, and that draws a fresh uid, so this entry no longer hits):
+        // its exit work sees the count (I41); an ESCAPED one is kept while the `RankLocal` is
+        // borrowed (I31). A `T` of this map (I5, I9).
+        unsafe {
+            p.meta().hold();
+            Some(Held::new(p))
+        }
     }
 
     /// `rank`'s instance, escaped inside the backend lookup's own protection (one pin on `Epoch`
@@ -1122,11 +1233,26 @@ impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
         Some(unsafe { Inst::new(self.rl, self.rank, p) })
     }
 
+    /// An [`OwnRef`] of `i` (the owner's, checked), as [`Inst::own_ref`] makes it; `None` for
+    /// another rank's or another map's instance.
+    pub(super) fn own_ref(&self, i: Inst<'_, '_, T, B>) -> Option<Held<'rl, T>> {
+        if i.rank != self.rank || !core::ptr::eq(i.rl, self.rl) || !identity::own_alive() {
+            return None;
+        }
+        // SAFETY: as in `adopt`; `own_ref` then counts or escapes it for `'rl` (I41).
+        unsafe { Inst::new(self.rl, self.rank, i.erased()) }.own_ref()
+    }
+
     /// Remembers `i` (the owner's, checked) as its owner entry under `tag`, which
     /// [`RankLocal::with_owner_entry`] reads; nothing once the thread's exit hook has begun (the
     /// entry would outlive the wipe).
     pub(super) fn cache(&self, i: Inst<'_, 'rl, T, B>, tag: OwnerTag) {
         assert!(i.rank == self.rank && core::ptr::eq(i.rl, self.rl));
+        // An own entry only for an OWNED (in the gate) or ESCAPED instance: `get_own`'s hit
+        // counts a guard without looking at the state (I41).
+        if matches!(tag, OwnerTag::Own) && !matches!(i.meta.state(), OWNED | ESCAPED) {
+            return;
+        }
         if identity::own_alive() {
             cache::store(self.rl.uid_or_assign(), self.rank | tag.bits(), i.erased());
         }
