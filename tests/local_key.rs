@@ -169,6 +169,40 @@ fn shortcut_values_drop_at_exit_before_join<B: Backend>() {
     }
 }
 
+/// `get_own_or_try`: a failing `init` inserts nothing and is retried; a value made this way is an
+/// owner-only one, dropped at its thread's exit before `join`.
+fn get_own_or_try_inserts_nothing_on_error<B: Backend>() {
+    let rl = RankLocal::<RefCell<Vec<u32>>, B>::new();
+    let err = rl.get_own_or_try(|| Err::<RefCell<Vec<u32>>, _>("refused"));
+    assert_eq!(err.err(), Some("refused"));
+    assert!(rl.try_get_own().is_none(), "a failed init inserted a value");
+    assert!(rl.is_empty());
+    let ok = rl.get_own_or_try(|| Ok::<_, &str>(RefCell::new(vec![1])));
+    assert_eq!(*ok.unwrap().borrow(), [1]);
+    let again = rl.get_own_or_try(|| Err::<RefCell<Vec<u32>>, _>("not called"));
+    assert_eq!(*again.unwrap().borrow(), [1], "init ran again");
+    let drops = common::counter();
+    struct D(&'static AtomicUsize);
+    impl Drop for D {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let rl = Arc::new(RankLocal::<Cell<Option<D>>, B>::new());
+    let rl2 = Arc::clone(&rl);
+    thread::spawn(move || {
+        let g = rl2.get_own_or_try(|| Ok::<_, ()>(Cell::new(Some(D(drops)))));
+        assert!(g.is_ok());
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "not dropped at the thread's exit"
+    );
+}
+
 /// `with_capacity` is a hint: an empty map like `new()`.
 fn with_capacity_is_an_empty_map<B: Backend>() {
     let rl = RankLocal::<AtomicU32, B>::with_capacity(1 << 20);
@@ -204,6 +238,7 @@ common::backend_tests! {
     refcell_shortcuts_as_std,
     shortcut_values_drop_at_exit_before_join,
     with_capacity_is_an_empty_map,
+    get_own_or_try_inserts_nothing_on_error,
     unwind_safe_where_t_is,
 }
 

@@ -125,33 +125,71 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         OwnRef::held(held)
     }
 
+    /// This OS thread's own instance as an [`OwnRef`], created with `init` on first use if it
+    /// succeeds; if `init` fails, nothing is inserted, the error is returned, and the next call
+    /// tries again. The owner-only form of [`get_or_try`](Self::get_or_try): `T: Send` only.
+    ///
+    /// ```
+    /// use ranklocal::RankLocal;
+    /// use std::cell::RefCell;
+    ///
+    /// let conns: RankLocal<RefCell<Vec<u8>>> = RankLocal::new();
+    /// assert_eq!(conns.get_own_or_try(|| Err::<_, &str>("refused")).err(), Some("refused"));
+    /// assert!(conns.try_get_own().is_none()); // nothing inserted
+    /// let c = conns.get_own_or_try(|| Ok::<_, &str>(RefCell::new(vec![1]))).unwrap();
+    /// assert_eq!(*c.borrow(), [1]);
+    /// ```
+    ///
+    /// # Panics
+    /// As [`get_or`](Self::get_or).
+    #[inline]
+    #[track_caller]
+    pub fn get_own_or_try<E>(
+        &self,
+        init: impl FnOnce() -> Result<T, E>,
+    ) -> Result<OwnRef<'_, T>, E> {
+        let held = match self.own_entry_ref(identity::own_raw_or_zero()) {
+            Some(h) => h,
+            None => self.get_own_slow_try(init)?,
+        };
+        Ok(OwnRef::held(held))
+    }
+
     /// `get_own_or` after the `with_own` entry missed: the live owner looks up (or creates
     /// OWNED) its instance and caches it; a thread past its exit hook (a late thread-local
     /// destructor) gets a LINGERING instance counted, and any other kept (I41).
     #[cold]
     #[track_caller]
     fn get_own_slow(&self, init: impl FnOnce() -> T) -> Held<'_, T> {
+        infallible(self.get_own_slow_try(|| Ok::<T, Infallible>(init())))
+    }
+
+    /// [`get_own_slow`](Self::get_own_slow) with a fallible `init`: an error inserts nothing.
+    #[cold]
+    #[track_caller]
+    fn get_own_slow_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<Held<'_, T>, E> {
         let fresh = identity::own_raw_or_zero() == 0;
         let rank = identity::own_raw();
-        let init = || Ok::<T, Infallible>(as_own(rank, init));
+        let init = || as_own(rank, init);
         if let Some(owner) = LiveOwner::new(self, rank) {
             let found = if fresh { None } else { owner.get() };
             let i = match found {
                 Some(i) => i,
-                None => infallible(self.first_touch_owner(&owner, init, Access::Own)),
+                None => self.first_touch_owner(&owner, init, Access::Own)?,
             };
             owner.cache(i, OwnerTag::Own);
-            return owner
+            return Ok(owner
                 .own_ref(i)
-                .expect("ranklocal: the live owner's instance is in use");
+                .expect("ranklocal: the live owner's instance is in use"));
         }
         if let Some(g) = self.own_ref_late(rank) {
-            return g;
+            return Ok(g);
         }
         // escaped (kept), then found again as a counted guard
-        infallible(self.first_touch_escaped::<OwnRank, _>(rank, init));
-        self.own_ref_late(rank)
-            .expect("ranklocal: an escaped instance stays in the map")
+        self.first_touch_escaped::<OwnRank, _>(rank, init)?;
+        Ok(self
+            .own_ref_late(rank)
+            .expect("ranklocal: an escaped instance stays in the map"))
     }
 
     /// Past the exit hook (or under loom, where thread liveness is not tracked): the thread's
