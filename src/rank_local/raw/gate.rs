@@ -35,7 +35,7 @@ use crate::rank_local::RankLocal;
 /// and a function typed for the `RankLocal`'s `T`.
 pub(crate) struct Gate {
     pub(super) inner: Mutex<GateInner>,
-    /// Signalled when `in_flight` drops to 0 while the `RankLocal`'s drop waits.
+    /// Signalled at every landing while the `RankLocal`'s drop waits.
     idle: Condvar,
     /// A hint for the exit hooks' pruning, set when the `RankLocal` is dropped.
     closed: AtomicBool,
@@ -150,7 +150,9 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, rank: u64) {
             let _ = EXIT_DROPPING.try_with(|d| d.set(self.1));
             let mut s = lock(&self.0.inner);
             s.in_flight -= 1;
-            if s.in_flight == 0 && s.waiters > 0 {
+            // Every landing wakes the waiters: a drop from inside one of these drops waits for
+            // 1, not 0 (I39).
+            if s.waiters > 0 {
                 self.0.idle.notify_all();
             }
         }
