@@ -6,7 +6,7 @@
 mod common;
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 
@@ -17,6 +17,9 @@ common::backend_tests! {
     #[cfg_attr(any(miri, not(target_os = "linux")), ignore = "reads Linux's /proc")]
     last_arc_of_its_own_map_released_while_another_thread_exits,
     last_arc_of_its_own_map_released_by_exiting_threads,
+    two_maps_owning_each_others_last_arc_exit_together,
+    #[cfg_attr(miri, ignore = "reads Linux's /proc")]
+    a_map_dropped_inside_an_exit_drop_still_outlives_its_values,
 }
 
 type Map<B> = Arc<RankLocal<BackRef<B>, B>>;
@@ -141,5 +144,137 @@ fn last_arc_of_its_own_map_released_by_exiting_threads<B: Backend>() {
             }
             assert_eq!(drops.load(SeqCst), THREADS);
         }
+    });
+}
+/// A value of `map` held by this thread, dropped by its exit work: it holds `held` (an `Arc` of
+/// a map) and runs `on_drop` first.
+fn hold<B: Backend>(
+    map: &RankLocal<BackRef<B>, B>,
+    held: Map<B>,
+    drops: &'static AtomicUsize,
+    on_drop: impl FnOnce(&mut Option<Map<B>>) + Send + 'static,
+) {
+    map.with_own_or(
+        || BackRef {
+            map: RefCell::new(Some(held)),
+            on_drop: Some(Box::new(on_drop)),
+            drops,
+        },
+        |_| (),
+    );
+}
+
+/// Two maps, each owning the other's last `Arc` through a value that its thread's exit work
+/// drops: both drops are in flight when each releases the other map. It hung in round 0 (the
+/// watchdog fired): each map's drop waited for the other thread's exit drop, which waited in the
+/// other map's drop. Now a map dropped inside an exit drop hands what is in flight to that exit
+/// drop and returns.
+fn two_maps_owning_each_others_last_arc_exit_together<B: Backend>() {
+    let rounds = if cfg!(miri) { 1 } else { 50 };
+    within_deadline(move || {
+        for _ in 0..rounds {
+            let drops = common::counter();
+            let m1 = Arc::new(RankLocal::<BackRef<B>, B>::new());
+            let m2 = Arc::new(RankLocal::<BackRef<B>, B>::new());
+            let both_in_flight = Arc::new(Barrier::new(2));
+            let (touched_tx, touched_rx) = mpsc::channel::<()>();
+            let mut go = Vec::new();
+            let threads: Vec<_> = [(&m1, &m2), (&m2, &m1)]
+                .into_iter()
+                .map(|(mine, other)| {
+                    let (mine, other) = (Arc::clone(mine), Arc::clone(other));
+                    let both = Arc::clone(&both_in_flight);
+                    let touched = touched_tx.clone();
+                    let (go_tx, go_rx) = mpsc::channel::<()>();
+                    go.push(go_tx);
+                    thread::spawn(move || {
+                        hold(&mine, other, drops, move |other| {
+                            both.wait(); // both exit drops are in flight
+                            drop(other.take()); // the last `Arc` of the other map
+                        });
+                        drop(mine);
+                        touched.send(()).unwrap();
+                        go_rx.recv().unwrap(); // the caller dropped its `Arc`s
+                    })
+                })
+                .collect();
+            touched_rx.recv().unwrap();
+            touched_rx.recv().unwrap();
+            drop((m1, m2));
+            for g in go {
+                g.send(()).unwrap();
+            }
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(drops.load(SeqCst), 2);
+        }
+    });
+}
+
+/// The outer map's drop still waits for a value of an inner map that was dropped inside one of
+/// the outer map's exit drops: thread B's value of the inner map is in flight (its drop runs at
+/// B's exit, and may borrow what dies with the outer map) when thread A's exit drop of an outer
+/// value releases the inner map's last `Arc`. That inner drop returns at once (it cannot wait
+/// there without closing a cycle), so the outer map's drop, on another thread, must not return
+/// before B's drop has. Before, A's inner drop waited for B (the test's watchdog fired: B waits
+/// for the outer drop to start); a drop inside an exit drop that just returned, without handing
+/// its flights over, fails the assertion.
+fn a_map_dropped_inside_an_exit_drop_still_outlives_its_values<B: Backend>() {
+    within_deadline(|| {
+        let drops = common::counter();
+        let outer = Arc::new(RankLocal::<BackRef<B>, B>::new());
+        let inner = Arc::new(RankLocal::<BackRef<B>, B>::new());
+        let done: &'static AtomicBool = common::leak(AtomicBool::new(false));
+        let (b_in_flight_tx, b_in_flight_rx) = mpsc::channel::<()>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (inner_dropped_tx, inner_dropped_rx) = mpsc::channel::<()>();
+        let (touched_tx, touched_rx) = mpsc::channel::<()>();
+        let b = {
+            let inner = Arc::clone(&inner);
+            let touched = touched_tx.clone();
+            thread::spawn(move || {
+                let unrelated = Arc::new(RankLocal::<BackRef<B>, B>::new());
+                hold(&inner, unrelated, drops, move |_| {
+                    b_in_flight_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                    done.store(true, SeqCst);
+                });
+                touched.send(()).unwrap();
+            })
+        };
+        touched_rx.recv().unwrap();
+        let a = {
+            let outer = Arc::clone(&outer);
+            thread::spawn(move || {
+                hold(&outer, inner, drops, move |inner| {
+                    b_in_flight_rx.recv().unwrap();
+                    drop(inner.take()); // the inner map's last `Arc`
+                    inner_dropped_tx.send(()).unwrap();
+                });
+            })
+        };
+        inner_dropped_rx.recv().unwrap();
+        a.join().unwrap();
+        let (blocked_tx, blocked_rx) = mpsc::channel::<Option<Blocked>>();
+        let d = thread::spawn(move || {
+            let linux = cfg!(all(target_os = "linux", not(miri)));
+            blocked_tx.send(linux.then(Blocked::this_thread)).unwrap();
+            drop(outer); // the last `Arc`: waits for B's value
+            assert!(
+                done.load(SeqCst),
+                "the outer map's drop returned while a value of a map it owned was being dropped"
+            );
+        });
+        if let Some(blocked) = blocked_rx.recv().unwrap() {
+            assert!(patiently(
+                || blocked.in_futex_wait() || d.is_finished(),
+                || {}
+            ));
+        }
+        go_tx.send(()).unwrap();
+        d.join().unwrap();
+        b.join().unwrap();
+        assert_eq!(drops.load(SeqCst), 2);
     });
 }
