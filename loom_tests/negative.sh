@@ -39,6 +39,8 @@ controls=(
   "init does not wait for another thread's claim#src/rank_local/init.rs#s/None => break,/_ => break,/#m7a_first_touch_same_rank_owner_and_delegate_baseline#init ran twice\\|a claimed rank's entry is a tombstone"
   "a scoped reader uses an OWNED value without moving it on (the exit drops it under the read)#src/rank_local/raw/instance.rs#s/                SCOPED if to == SCOPED => return true,/                SCOPED | OWNED if to == SCOPED => return true,/#m19_exit_drop_while_a_delegate_reads_epoch#Causality violation"
   "the map's drop neither closes nor empties the gate (the exit work touches a freed instance)#src/rank_local/raw/gate.rs#s/^        s.alive = false;$/        let _ = s.alive;/; s/^        s.owned.clear();$/        let _ = \&s.owned;/; s/^        s.owned.remove(rank);$/        let _ = rank;/#m20_exit_drop_while_the_rank_local_is_dropped_epoch#Causality violation\\|SIGSEGV\\|rt\/object.rs\\|leaked"
+  "the end of a hand-over wakes no one (a lost wake-up: the outer map's drop waits forever)#src/rank_local/raw/gate.rs#s/^        heir = land_one(\&h);$/        heir = { let mut s = lock(\&h.inner); s.in_flight -= 1; if s.in_flight == 0 { s.heir.take() } else { None } };/#m23_map_dropped_inside_an_exit_drop_epoch#deadlock"
+  "a map dropped inside an exit drop skips the wait without handing its flights over#src/rank_local/raw/gate.rs#s/^    if s.in_flight == 0 {$/    if true {/#m23_map_dropped_inside_an_exit_drop_epoch#returned before a value of the map it owned was dropped"
 )
 failed=0
 for c in "${controls[@]}"; do
