@@ -32,6 +32,8 @@
 // visits, owner-only access, iteration, reclamation.
 #![deny(unsafe_code)]
 
+#[cfg(all(test, not(loom)))]
+mod cache_tests;
 mod init;
 mod raw;
 #[cfg(all(test, not(loom)))]
@@ -46,7 +48,6 @@ use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
 use self::init::Claim;
 pub use self::iter::{Iter, IterMut};
 pub use self::own::SyncValue;
-pub(crate) use self::raw::{run_exit_work, Gate};
 use self::reclaim::Sweep;
 
 global! {

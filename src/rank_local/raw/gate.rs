@@ -15,9 +15,7 @@
 //! Tombstones are unpublished by the sweep (their ranks reach the inbox at exit, I36), freed
 //! without dropping the value, or refilled by the next first touch of the rank.
 
-use core::any::Any;
 use core::cell::Cell;
-use core::panic::AssertUnwindSafe;
 use std::collections::BTreeMap;
 
 use super::instance::{drop_payload, InstancePtr, DROPPED};
@@ -96,7 +94,7 @@ impl Gate {
 
 tls! {
     /// The address of the `Arc<Gate>` whose value this thread's exit work is dropping (held by
-    /// `run_exit_work` for the whole drop), 0 if none: a `RankLocal` dropped inside that drop
+    /// the exit hook's boxed `GateExit` for the whole drop), 0 if none: a `RankLocal` dropped inside that drop
     /// hands its flights to that gate instead of waiting (I39).
     static EXIT_DROPPING: Cell<usize> = const { Cell::new(0) };
 }
@@ -129,26 +127,36 @@ fn land_one(g: &Gate) -> Option<Arc<Gate>> {
     s.heir.take()
 }
 
-/// The exit work of the thread whose own rank is `rank` (I39): called by its exit hook after the
-/// thread cache was wiped and before the exit is delivered. Drops every OWNED instance of the
-/// thread in a live `RankLocal`, on this thread; returns the first `T::drop` panic, after every
-/// other value was dropped.
-pub(crate) fn run_exit_work(gates: Vec<Arc<Gate>>, rank: u64) -> Option<Box<dyn Any + Send>> {
-    let mut first = None;
-    for g in gates {
+/// Records `gate` with this thread's exit hook, so that its exit work visits the gate (I39);
+/// `false` if the thread has no hook (it is exiting, or under loom).
+pub(super) fn add_exit_gate(gate: &Arc<Gate>) -> bool {
+    identity::add_exit_work(Arc::as_ptr(gate) as usize, || {
+        Box::new(GateExit(Arc::clone(gate)))
+    })
+}
+
+/// A gate as the exit hook holds it (`identity` defines what it runs, I39).
+struct GateExit(Arc<Gate>);
+
+impl identity::ExitWork for GateExit {
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    fn is_live(&self) -> bool {
+        self.0.is_open()
+    }
+
+    /// The exit work of the thread whose own rank is `rank` in this gate (I39): called by its
+    /// exit hook after the thread cache was wiped and before the exit is delivered. Drops the
+    /// thread's OWNED instance in a live `RankLocal`, on this thread; a `T::drop` panic unwinds.
+    fn run(self: Box<Self>, rank: u64) {
+        let g = &self.0;
         let s = lock(&g.inner);
-        if !s.alive {
-            continue;
-        }
-        let exit_one = g.exit_one;
-        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| exit_one(&g, s, rank))) {
-            match first {
-                None => first = Some(panic),
-                Some(_) => drop_payload(panic),
-            }
+        if s.alive {
+            (g.exit_one)(g, s, rank);
         }
     }
-    first
 }
 
 /// The exit work for `rank`'s instance of a `RankLocal<T, _>` whose gate is `g`, under its lock
@@ -282,8 +290,9 @@ impl<T, B: Backend> RankLocal<T, B> {
         gate.closed.store(true, Ordering::Relaxed);
         let outer = EXIT_DROPPING.try_with(Cell::get).unwrap_or(0);
         if outer != 0 {
-            // SAFETY: `outer` is the address of the `Arc<Gate>` that `run_exit_work` holds, and
-            // lends to `exit_one`, for the drop of a value that exit work moved out: it is set on
+            // SAFETY: `outer` is the address of the `Arc<Gate>` in the boxed `GateExit` that the
+            // exit hook runs, lent to `exit_one`, for the drop of a value that exit work moved
+            // out (the box is neither moved nor dropped before `run` returns): it is set on
             // this thread only for that drop and restored when it ends, and this drop runs inside
             // it on this thread, so the `Arc` lives, unmoved, for all of this call (I39).
             let outer = unsafe { &*(outer as *const Arc<Gate>) };

@@ -29,7 +29,6 @@ use core::any::Any;
 use core::marker::PhantomData;
 use std::collections::VecDeque;
 
-use super::init::Access;
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
 use crate::cache;
@@ -38,9 +37,25 @@ use crate::erased::Erased;
 use crate::identity::{self, Inbox};
 use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, MutexGuard, Ordering};
 
-pub(crate) use self::gate::{run_exit_work, Gate};
+use self::gate::Gate;
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
 use self::instance::{InstancePtr, Meta, ESCAPED, OWNED, SCOPED};
+
+/// How a first touch hands its instance out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::rank_local) enum Access {
+    /// As a plain `&T` (`get` and friends): the instance is ESCAPED, kept until `&mut` (I31).
+    Escaped,
+    /// To a closure (`with`) on the live owner's thread: the instance stays SCOPED, and needs no
+    /// pin while the thread runs (I35).
+    Owner,
+    /// To a closure (`with`) of any other thread: SCOPED, protected by a pin until the closure
+    /// returns (I33).
+    Scoped,
+    /// To a closure (`with_own`) on the live owner's thread: OWNED, dropped by the thread's exit
+    /// work unless another access moves it on first (I39).
+    Own,
+}
 
 /// A panic payload, kept to re-raise at an explicit reclamation call.
 pub(super) type Payload = Box<dyn Any + Send>;
@@ -652,7 +667,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         // exit work may move an OWNED value out (I39). Otherwise SCOPED, swept after the exit.
         let own = access == Access::Own
             && LiveOwner::new(self.rl, rank).is_some()
-            && identity::add_exit_gate(
+            && gate::add_exit_gate(
                 self.w
                     .tracks
                     .gate
