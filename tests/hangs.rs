@@ -18,7 +18,6 @@ common::backend_tests! {
     last_arc_of_its_own_map_released_while_another_thread_exits,
     last_arc_of_its_own_map_released_by_exiting_threads,
     two_maps_owning_each_others_last_arc_exit_together,
-    #[cfg_attr(miri, ignore = "reads Linux's /proc")]
     a_map_dropped_inside_an_exit_drop_still_outlives_its_values,
 }
 
