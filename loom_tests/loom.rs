@@ -1278,3 +1278,62 @@ fn m23_map_dropped_inside_an_exit_drop_epoch() {
         map_dropped_inside_an_exit_drop::<Epoch>,
     );
 }
+
+/// 24. Two maps owning each other's last `Arc` through values dropped at exit (I39): thread A's
+///     `with_own` value of map 1 holds map 2, thread B's value of map 2 holds map 1, and both
+///     threads exit. Whichever exit drop comes first, each map is dropped inside the other's
+///     exit drop (or, if B's ran before A made its value, on A outside any): nothing waits
+///     forever, each value is dropped exactly once, and no gate is kept alive by a cycle of
+///     hand-overs (loom reports a leaked `Arc`).
+fn two_maps_owning_each_other<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let m1 = Arc::new(RankLocal::<Cyclic<B>, B>::new());
+    let m2 = Arc::new(RankLocal::<Cyclic<B>, B>::new());
+    let ready = Arc::new(AtomicUsize::new(0));
+    let b = {
+        let (m1, m2, ready) = (m1.clone(), m2.clone(), ready.clone());
+        thread::spawn(move || {
+            ranklocal::__loom_register_thread();
+            m2.with_own_or(
+                || Cyclic {
+                    _other: m1,
+                    _track: Track::new(()),
+                },
+                |_| (),
+            );
+            drop(m2);
+            ready.store(1, Ordering::SeqCst);
+            ranklocal::__loom_exit_thread();
+        })
+    };
+    while ready.load(Ordering::SeqCst) == 0 {
+        thread::yield_now();
+    }
+    m1.with_own_or(
+        || Cyclic {
+            _other: m2,
+            _track: Track::new(()),
+        },
+        |_| (),
+    );
+    drop(m1);
+    ranklocal::__loom_exit_thread();
+    b.join().unwrap();
+    outcome(1);
+}
+
+/// A value of model 24: holds the other map.
+struct Cyclic<B: Backend> {
+    _other: Arc<RankLocal<Cyclic<B>, B>>,
+    _track: Track<()>,
+}
+
+#[test]
+fn m24_two_maps_owning_each_other_exit_together_epoch() {
+    model(
+        "m24 two maps owning each other's last Arc exit together (epoch)",
+        740,
+        0b1,
+        two_maps_owning_each_other::<Epoch>,
+    );
+}

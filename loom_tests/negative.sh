@@ -41,6 +41,8 @@ controls=(
   "the map's drop neither closes nor empties the gate (the exit work touches a freed instance)#src/rank_local/raw/gate.rs#s/^        s.alive = false;$/        let _ = s.alive;/; s/^        s.owned.clear();$/        let _ = \&s.owned;/; s/^        s.owned.remove(rank);$/        let _ = rank;/#m20_exit_drop_while_the_rank_local_is_dropped_epoch#Causality violation\\|SIGSEGV\\|rt\/object.rs\\|leaked"
   "the end of a hand-over wakes no one (a lost wake-up: the outer map's drop waits forever)#src/rank_local/raw/gate.rs#s/^        heir = land_one(\&h);$/        heir = { let mut s = lock(\&h.inner); s.in_flight -= 1; if s.in_flight == 0 { s.heir.take() } else { None } };/#m23_map_dropped_inside_an_exit_drop_epoch#deadlock"
   "a map dropped inside an exit drop skips the wait without handing its flights over#src/rank_local/raw/gate.rs#s/^    if s.in_flight == 0 {$/    if true {/#m23_map_dropped_inside_an_exit_drop_epoch#returned before a value of the map it owned was dropped"
+  "a map dropped inside an exit drop waits for its flights instead of handing them over (two maps owning each other deadlock)#src/rank_local/raw/gate.rs#s/^        if outer != 0 {$/        if outer == usize::MAX {/#m24_two_maps_owning_each_other_exit_together_epoch#deadlock"
+  "a hand-over that closes a cycle of heirs (the gates keep each other alive)#src/rank_local/raw/gate.rs#s/^            return; \/\/ a cycle: nothing waits$/            break;/#m24_two_maps_owning_each_other_exit_together_epoch#leaked\\|deadlock"
 )
 failed=0
 for c in "${controls[@]}"; do
