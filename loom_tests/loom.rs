@@ -1337,3 +1337,153 @@ fn m25_adoption_races_the_last_guard_epoch() {
         adoption_races_the_last_guard::<Epoch>,
     );
 }
+
+/// 26. A map dropped inside another map's exit drop (I39): thread A's `with_own` value of an
+///     outer map holds the last `Arc` of an inner map, of which thread B has a `with_own` value;
+///     A and B exit while a third thread drops the outer map (its last `Arc`). Whichever comes
+///     first — the outer drop closing the gate, A's exit work moving the outer value out, B's
+///     moving its inner value out — the inner map's drop, run inside A's exit drop, never waits,
+///     the outer drop does not return before B's value is dropped (the inner map's flights
+///     handed over to the outer gate), nothing waits forever (a lost wake-up is a deadlock
+///     here), and each value is dropped exactly once (`Track`).
+fn map_dropped_inside_an_exit_drop<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let leaf_dropped = Arc::new(AtomicUsize::new(2)); // 2 until `Marked::drop` stores 0 or 1
+    let by_exit = Arc::new(AtomicUsize::new(0));
+    let outer = Arc::new(RankLocal::<Outer<B>, B>::new());
+    let inner = Arc::new(RankLocal::<Marked, B>::new());
+    let ready = Arc::new(AtomicUsize::new(0));
+    let b = {
+        let (inner, ready, leaf_dropped) = (inner.clone(), ready.clone(), leaf_dropped.clone());
+        thread::spawn(move || {
+            ranklocal::__loom_register_thread();
+            let me = RankId::this_thread();
+            inner.with_own_or(
+                || Marked {
+                    owner: me,
+                    by_exit: leaf_dropped,
+                    _track: Track::new(()),
+                },
+                |_| (),
+            );
+            drop(inner);
+            ready.store(1, Ordering::SeqCst);
+            ranklocal::__loom_exit_thread();
+        })
+    };
+    while ready.load(Ordering::SeqCst) == 0 {
+        thread::yield_now();
+    }
+    let me = RankId::this_thread();
+    outer.with_own_or(
+        || Outer {
+            owner: me,
+            by_exit: by_exit.clone(),
+            _inner: inner, // the inner map's last `Arc`
+            _track: Track::new(()),
+        },
+        |_| (),
+    );
+    let dropper = {
+        let leaf_dropped = leaf_dropped.clone();
+        thread::spawn(move || {
+            drop(outer);
+            // `Marked` stores 0 when its owner's exit dropped it, 1 when another thread did:
+            // either way `Marked::drop` ran, which `Track` and this store show
+            leaf_dropped.load(Ordering::SeqCst)
+        })
+    };
+    ranklocal::__loom_exit_thread();
+    let seen = dropper.join().unwrap();
+    b.join().unwrap();
+    assert_ne!(
+        seen, 2,
+        "the outer map's drop returned before a value of the map it owned was dropped"
+    );
+    // 1: the outer value dropped by A's exit work; 2: by the outer map's drop
+    outcome(1 << by_exit.load(Ordering::SeqCst));
+}
+
+/// A value of the outer map of model 23: holds the inner map; records who dropped it.
+struct Outer<B: Backend> {
+    owner: RankId,
+    by_exit: Arc<AtomicUsize>,
+    _inner: Arc<RankLocal<Marked, B>>,
+    _track: Track<()>,
+}
+
+impl<B: Backend> Drop for Outer<B> {
+    fn drop(&mut self) {
+        let by = usize::from(RankId::this_thread() != self.owner);
+        self.by_exit.store(by, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn m26_map_dropped_inside_an_exit_drop_epoch() {
+    model(
+        "m26 a map dropped inside another map's exit drop (epoch)",
+        1_600,
+        0b11,
+        map_dropped_inside_an_exit_drop::<Epoch>,
+    );
+}
+
+/// 27. Two maps owning each other's last `Arc` through values dropped at exit (I39): thread A's
+///     `with_own` value of map 1 holds map 2, thread B's value of map 2 holds map 1, and both
+///     threads exit. Whichever exit drop comes first, each map is dropped inside the other's
+///     exit drop (or, if B's ran before A made its value, on A outside any): nothing waits
+///     forever, each value is dropped exactly once, and no gate is kept alive by a cycle of
+///     hand-overs (loom reports a leaked `Arc`).
+fn two_maps_owning_each_other<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let m1 = Arc::new(RankLocal::<Cyclic<B>, B>::new());
+    let m2 = Arc::new(RankLocal::<Cyclic<B>, B>::new());
+    let ready = Arc::new(AtomicUsize::new(0));
+    let b = {
+        let (m1, m2, ready) = (m1.clone(), m2.clone(), ready.clone());
+        thread::spawn(move || {
+            ranklocal::__loom_register_thread();
+            m2.with_own_or(
+                || Cyclic {
+                    _other: m1,
+                    _track: Track::new(()),
+                },
+                |_| (),
+            );
+            drop(m2);
+            ready.store(1, Ordering::SeqCst);
+            ranklocal::__loom_exit_thread();
+        })
+    };
+    while ready.load(Ordering::SeqCst) == 0 {
+        thread::yield_now();
+    }
+    m1.with_own_or(
+        || Cyclic {
+            _other: m2,
+            _track: Track::new(()),
+        },
+        |_| (),
+    );
+    drop(m1);
+    ranklocal::__loom_exit_thread();
+    b.join().unwrap();
+    outcome(1);
+}
+
+/// A value of model 24: holds the other map.
+struct Cyclic<B: Backend> {
+    _other: Arc<RankLocal<Cyclic<B>, B>>,
+    _track: Track<()>,
+}
+
+#[test]
+fn m27_two_maps_owning_each_other_exit_together_epoch() {
+    model(
+        "m27 two maps owning each other's last Arc exit together (epoch)",
+        740,
+        0b1,
+        two_maps_owning_each_other::<Epoch>,
+    );
+}

@@ -43,6 +43,10 @@ controls=(
   "the exit work leaves a guarded value a reader moved on to a sweep#src/rank_local/raw/gate.rs#s/^                meta.keep();$/                let _ = meta;/#m24_deferred_exit_drop_while_a_delegate_reads_epoch#a value read through a guard was swept\\|Causality violation"
   "a recycling map's exit work vacates a value a live OwnRef still lends#src/rank_local/raw/gate.rs#s/    if unsafe { p.meta().guards() } != 0 {/    if unsafe { p.meta().guards() } != 0 \&\& false {/#m25_adoption_races_the_last_guard_epoch#Causality violation\\|the value changed under a live guard\\|dropped twice"
   "the map's drop neither closes nor empties the gate (the exit work touches a freed instance)#src/rank_local/raw/gate.rs#s/^        s.alive = false;$/        let _ = s.alive;/; s/^        s.owned.clear();$/        let _ = \&s.owned;/; s/^        s.owned.remove(rank);$/        let _ = rank;/#m20_exit_drop_while_the_rank_local_is_dropped_epoch#Causality violation\\|SIGSEGV\\|rt\/object.rs\\|leaked"
+  "the end of a hand-over wakes no one (a lost wake-up: the outer map's drop waits forever)#src/rank_local/raw/gate.rs#s/^        heir = land_one(\&h);$/        heir = { let mut s = lock(\&h.inner); s.in_flight -= 1; if s.in_flight == 0 { s.heir.take() } else { None } };/#m26_map_dropped_inside_an_exit_drop_epoch#deadlock"
+  "a map dropped inside an exit drop skips the wait without handing its flights over#src/rank_local/raw/gate.rs#s/^    if s.in_flight == 0 {$/    if true {/#m26_map_dropped_inside_an_exit_drop_epoch#returned before a value of the map it owned was dropped"
+  "a map dropped inside an exit drop waits for its flights instead of handing them over (two maps owning each other deadlock)#src/rank_local/raw/gate.rs#s/^        if outer != 0 {$/        if outer == usize::MAX {/#m27_two_maps_owning_each_other_exit_together_epoch#deadlock"
+  "a hand-over that closes a cycle of heirs (the gates keep each other alive)#src/rank_local/raw/gate.rs#s/^            return; \/\/ a cycle: nothing waits$/            break;/#m27_two_maps_owning_each_other_exit_together_epoch#leaked\\|deadlock"
 )
 failed=0
 for c in "${controls[@]}"; do

@@ -19,14 +19,15 @@
 //!
 //! [`RankLocal::purge_exited`]: crate::RankLocal::purge_exited
 
+use core::any::Any;
 use core::cell::Cell;
 use core::fmt;
+use core::panic::AssertUnwindSafe;
 use std::collections::BTreeMap;
 
 use crate::primitive::{
     global, lazy_global, lock, tls, Arc, AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering,
 };
-use crate::rank_local::Gate;
 
 /// A rank's identity: one per OS thread, unique for the life of the process and never reused,
 /// even after the thread exits (as PyTorch's `RecordFunction::currentThreadId()`).
@@ -455,14 +456,27 @@ pub(crate) fn own_alive() -> bool {
     STATE.with(|s| s.alive.get())
 }
 
-/// Dropped when the thread exits: drops the values only `with_own` reached, then makes its rank
-/// exited.
+/// Work another module registers with this thread's exit hook ([`add_exit_work`]): the hook runs
+/// it after it wiped the thread cache and before it delivers the thread's exit (I39). Defined
+/// here, and implemented above (a `RankLocal`'s gate), so that this module imports nothing from
+/// the modules that use it.
+pub(crate) trait ExitWork {
+    /// Which registration this is: registering one with the same key again keeps one.
+    fn key(&self) -> usize;
+    /// `false` once running it would do nothing (a hint: the hook then prunes it).
+    fn is_live(&self) -> bool;
+    /// Runs it on the exiting thread, whose own rank is `rank`; a panic unwinds out of it.
+    fn run(self: Box<Self>, rank: u64);
+}
+
+/// Dropped when the thread exits: runs the registered exit work (which drops the values only
+/// `with_own` reached), then makes its rank exited.
 #[cfg_attr(loom, allow(dead_code))]
 struct ExitHook {
     id: u64,
-    /// The gates of the `RankLocal`s where this thread has an OWNED instance (I39), pruned of
-    /// closed and repeated ones when the list reaches `prune_at` (as [`Watchers`]).
-    gates: Vec<Arc<Gate>>,
+    /// The work registered with [`add_exit_work`] (I39), pruned of dead and repeated ones when
+    /// the list reaches `prune_at` (as [`Watchers`]).
+    works: Vec<Box<dyn ExitWork>>,
     prune_at: usize,
 }
 
@@ -473,31 +487,49 @@ impl Drop for ExitHook {
         STATE.with(|s| s.alive.set(false));
         crate::cache::wipe();
         // The values only `with_own` reached are dropped here, on this thread, before the rank's
-        // exit is delivered to any inbox (I39); a `T::drop` panic is re-raised after the exit.
-        let panic = crate::rank_local::run_exit_work(core::mem::take(&mut self.gates), self.id);
+        // exit is delivered to any inbox (I39); the first panic is re-raised after the exit,
+        // once every other work ran.
+        let mut first: Option<Box<dyn Any + Send>> = None;
+        for work in core::mem::take(&mut self.works) {
+            let id = self.id;
+            if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(move || work.run(id))) {
+                match first {
+                    None => first = Some(panic),
+                    // a payload whose own drop panics is forgotten, with that second payload
+                    Some(_) => {
+                        if let Err(again) =
+                            std::panic::catch_unwind(AssertUnwindSafe(move || drop(panic)))
+                        {
+                            core::mem::forget(again);
+                        }
+                    }
+                }
+            }
+        }
         exit(self.id);
-        if let Some(p) = panic {
+        if let Some(p) = first {
             std::panic::resume_unwind(p);
         }
     }
 }
 
-/// Records `gate` in this thread's exit hook, so that its exit work visits the gate (I39);
-/// `false` if the thread has no hook (it is exiting, or under loom).
-pub(crate) fn add_exit_gate(gate: &Arc<Gate>) -> bool {
+/// Registers exit work with this thread's exit hook (I39), unless the last one registered has
+/// the same `key` (`make` is called only when it is kept); `false` if the thread has no hook (it
+/// is exiting, or under loom).
+pub(crate) fn add_exit_work(key: usize, make: impl FnOnce() -> Box<dyn ExitWork>) -> bool {
     EXIT_HOOK
         .try_with(|h| {
             let Some(mut hook) = h.take() else {
                 return false;
             };
-            if !hook.gates.last().map_or(false, |g| Arc::ptr_eq(g, gate)) {
-                if hook.gates.len() >= hook.prune_at {
-                    hook.gates.retain(|g| g.is_open());
-                    hook.gates.sort_unstable_by_key(|g| Arc::as_ptr(g) as usize);
-                    hook.gates.dedup_by(|a, b| Arc::ptr_eq(a, b));
-                    hook.prune_at = (2 * hook.gates.len()).max(4);
+            if hook.works.last().map(|w| w.key()) != Some(key) {
+                if hook.works.len() >= hook.prune_at {
+                    hook.works.retain(|w| w.is_live());
+                    hook.works.sort_unstable_by_key(|w| w.key());
+                    hook.works.dedup_by_key(|w| w.key());
+                    hook.prune_at = (2 * hook.works.len()).max(4);
                 }
-                hook.gates.push(Arc::clone(gate));
+                hook.works.push(make());
             }
             h.set(Some(hook));
             true
@@ -524,7 +556,7 @@ fn register_live(id: u64) {
     // more: take it back out of LIVE right away, so it counts as exited (it is exiting).
     let hook = ExitHook {
         id,
-        gates: Vec::new(),
+        works: Vec::new(),
         prune_at: 4,
     };
     if EXIT_HOOK.try_with(|h| h.set(Some(hook))).is_err() {
@@ -545,7 +577,7 @@ pub fn __loom_register_thread() {
     live_set().insert(id, Watchers::NEW);
     let hook = ExitHook {
         id,
-        gates: Vec::new(),
+        works: Vec::new(),
         prune_at: 4,
     };
     EXIT_HOOK.with(|h| h.set(Some(hook)));

@@ -14,6 +14,7 @@
 
 use once_cell::unsync::OnceCell;
 
+pub(super) use super::raw::Access;
 use super::raw::{self, Inst, Locked, Pinned, Reach};
 use super::reclaim::{Ready, SweepWhen};
 use super::RankLocal;
@@ -24,22 +25,6 @@ use crate::identity::{self, RankId};
 pub(super) struct Claim {
     rank: u64,
     thread: u64,
-}
-
-/// How a first touch hands its instance out.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Access {
-    /// As a plain `&T` (`get` and friends): the instance is ESCAPED, kept until `&mut` (I31).
-    Escaped,
-    /// To a closure (`with`) on the live owner's thread: the instance stays SCOPED, and needs no
-    /// pin while the thread runs (I35).
-    Owner,
-    /// To a closure (`with`) of any other thread: SCOPED, protected by a pin until the closure
-    /// returns (I33).
-    Scoped,
-    /// To a closure (`with_own`) on the live owner's thread: OWNED, dropped by the thread's exit
-    /// work unless another access moves it on first (I39).
-    Own,
 }
 
 /// Ends a claim if `init` errs or unwinds (a first touch that publishes ends it in the same

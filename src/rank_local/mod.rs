@@ -33,6 +33,8 @@
 // visits, owner-only access, iteration, reclamation.
 #![deny(unsafe_code)]
 
+#[cfg(all(test, not(loom)))]
+mod cache_tests;
 mod init;
 mod raw;
 #[cfg(all(test, not(loom)))]
@@ -49,7 +51,6 @@ pub use self::iter::{Iter, IterMut};
 pub use self::local_key::AccessError;
 pub use self::own::SyncValue;
 pub use self::raw::OwnRef;
-pub(crate) use self::raw::{run_exit_work, Gate};
 pub use self::reader::Reader;
 use self::reclaim::Sweep;
 

@@ -267,15 +267,26 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// assert_eq!(FLUSHED.load(Ordering::Relaxed), 3); // dropped at the thread's exit
     /// ```
     ///
-    /// # Panics
-    /// As [`get`](Self::get). A panic in `f` propagates; nothing is leaked.
+    /// Two exceptions to "on that thread, before `join` returns":
+    /// - **Scoped threads whose map is dropped at the scope's end.** `std::thread::scope` returns
+    ///   once its threads' closures have returned, possibly before their thread-local destructors
+    ///   ran; a `RankLocal` dropped right after the scope drops those values itself, on the
+    ///   dropping thread (still exactly once, and before its drop returns). A scoped thread joined
+    ///   through its handle has run its exit drops.
+    /// - **A late thread-local destructor.** A value first created by another thread-local's
+    ///   destructor that runs after this crate's own exit work is not dropped at exit but by a
+    ///   later sweep, after its rank exited.
     ///
-    /// # Deadlock
-    /// A `RankLocal` dropped while other threads drop its values at their exit waits for those
-    /// drops (a value may borrow data that ends with the map). So two values dropped at exit on
-    /// two threads at once, each holding the last reference to the *other's* `RankLocal`, wait
-    /// for each other and never return. Keep a `RankLocal` alive elsewhere (a `static`, or an
-    /// `Arc` its users do not own through its values).
+    /// A value's `Drop` at exit may release the last `Arc` of its own `RankLocal`, or of another
+    /// one whose values other exiting threads are dropping: that `RankLocal`'s drop then does not
+    /// wait for those drops (the drop of the map that owned the value waits for them instead), so
+    /// neither blocks.
+    ///
+    /// # Panics
+    /// As [`get`](Self::get). A panic in `f` propagates; nothing is leaked. A value's `Drop` that
+    /// panics at thread exit aborts the process, as a panicking destructor of std's
+    /// `thread_local!` does ("thread local panicked on drop"), after the thread's other values of
+    /// this kind were dropped.
     #[inline]
     #[track_caller]
     pub fn with_own<R>(&self, f: impl FnOnce(&T) -> R) -> R

@@ -190,6 +190,15 @@ impl Blocked {
             && bytes.contains(&(addr as usize)))
     }
 
+    /// Whether the thread waits on any futex (a std `Mutex` or `Condvar` wherever it lives: for a
+    /// wait inside the crate on memory a test cannot name).
+    /// Only a wait counts (`FUTEX_WAIT`, `FUTEX_WAIT_BITSET`): a thread seen waking another is in
+    /// the same system call.
+    pub fn in_futex_wait(&self) -> bool {
+        matches!(self.syscall(), Some((nr, [_, op])) if nr == SYS_FUTEX_AND_SLEEPS[0]
+            && matches!(op & 0x7f, 0 | 9))
+    }
+
     /// Whether the thread is in `thread::sleep`.
     pub fn in_sleep(&self) -> bool {
         matches!(self.syscall(), Some((nr, _)) if SYS_FUTEX_AND_SLEEPS[1..].contains(&nr))

@@ -15,9 +15,7 @@
 //! Tombstones are unpublished by the sweep (their ranks reach the inbox at exit, I36), freed
 //! without dropping the value, or refilled by the next first touch of the rank.
 
-use core::any::Any;
 use core::cell::Cell;
-use core::panic::AssertUnwindSafe;
 use std::collections::BTreeMap;
 
 use super::instance::{drop_payload, InstancePtr, DROPPED, LINGERING, OWNED};
@@ -26,7 +24,7 @@ use crate::backend::Backend;
 use crate::erased::Erased;
 use crate::identity;
 use crate::primitive::{
-    lock, mutex_mut, tls, wait, Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering,
+    global, lock, mutex_mut, tls, wait, Arc, AtomicBool, Condvar, Mutex, MutexGuard, Ordering,
 };
 use crate::rank_local::RankLocal;
 
@@ -40,7 +38,7 @@ pub(crate) struct Gate {
     /// A hint for the exit hooks' pruning, set when the `RankLocal` is dropped.
     closed: AtomicBool,
     /// `exit_one::<T>` for the `RankLocal`'s `T`.
-    exit_one: for<'a> fn(&'a Gate, MutexGuard<'a, GateInner>, u64),
+    exit_one: for<'a> fn(&'a Arc<Gate>, MutexGuard<'a, GateInner>, u64),
     /// The `RankLocal` is `recycling()`: the exit work vacates instead of dropping (I42).
     recycling: bool,
 }
@@ -56,8 +54,13 @@ pub(crate) struct GateInner {
     pub(super) owned: BTreeMap<u64, Erased>,
     /// Ranks whose instance the exit work made a tombstone, for a sweep to unpublish.
     tombs: Vec<u64>,
-    /// Values moved out by exit work and not dropped yet.
+    /// Flights not ended: values moved out by exit work and not dropped yet, plus one for each
+    /// gate whose flights were handed to this one (its `heir`) and have not all ended.
     in_flight: usize,
+    /// Set when the `RankLocal` was dropped inside an exit drop of another gate's value while
+    /// some of this gate's flights had not ended: that gate, whose count holds one flight for
+    /// all of this gate's, ended when this gate's count reaches 0 (I39).
+    heir: Option<Arc<Gate>>,
     /// Threads waiting on `idle`.
     waiters: usize,
     /// Recycling `RankLocal`s: the VACANT instances, as (the ended rank they are published
@@ -73,6 +76,7 @@ impl Gate {
                 owned: BTreeMap::new(),
                 tombs: Vec::new(),
                 in_flight: 0,
+                heir: None,
                 waiters: 0,
                 free: Vec::new(),
             }),
@@ -96,38 +100,77 @@ impl Gate {
 }
 
 tls! {
-    /// The gate (address) whose value this thread's exit work is dropping, 0 if none: the
-    /// `RankLocal`'s drop from inside that value's drop must not wait for itself.
+    /// The address of the `Arc<Gate>` whose value this thread's exit work is dropping (held by
+    /// the exit hook's boxed `GateExit` for the whole drop), 0 if none: a `RankLocal` dropped inside that drop
+    /// hands its flights to that gate instead of waiting (I39).
     static EXIT_DROPPING: Cell<usize> = const { Cell::new(0) };
 }
 
-/// The exit work of the thread whose own rank is `rank` (I39): called by its exit hook after the
-/// thread cache was wiped and before the exit is delivered. Drops every OWNED instance of the
-/// thread in a live `RankLocal`, on this thread; returns the first `T::drop` panic, after every
-/// other value was dropped.
-pub(crate) fn run_exit_work(gates: Vec<Arc<Gate>>, rank: u64) -> Option<Box<dyn Any + Send>> {
-    let mut first = None;
-    for g in gates {
+global! {
+    /// Serializes the hand-overs of `RankLocal`s dropped inside exit drops (rare), so that two on
+    /// two threads cannot close a cycle of heirs unseen (I39).
+    static HANDOVERS: Mutex<()> = Mutex::new(());
+}
+
+/// Ends one flight of `g` (a value's exit drop returned, or every flight handed over ended):
+/// at 0 wakes the drop waiting for it and ends the flight its heir holds for it, and so on up
+/// the heirs (I39). Takes one gate lock at a time.
+fn land(g: &Gate) {
+    let mut heir = land_one(g);
+    while let Some(h) = heir {
+        heir = land_one(&h);
+    }
+}
+
+fn land_one(g: &Gate) -> Option<Arc<Gate>> {
+    let mut s = lock(&g.inner);
+    s.in_flight -= 1;
+    if s.in_flight != 0 {
+        return None;
+    }
+    if s.waiters > 0 {
+        g.idle.notify_all();
+    }
+    s.heir.take()
+}
+
+/// Records `gate` with this thread's exit hook, so that its exit work visits the gate (I39);
+/// `false` if the thread has no hook (it is exiting, or under loom).
+pub(super) fn add_exit_gate(gate: &Arc<Gate>) -> bool {
+    identity::add_exit_work(Arc::as_ptr(gate) as usize, || {
+        Box::new(GateExit(Arc::clone(gate)))
+    })
+}
+
+/// A gate as the exit hook holds it (`identity` defines what it runs, I39).
+struct GateExit(Arc<Gate>);
+
+impl identity::ExitWork for GateExit {
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
+    fn is_live(&self) -> bool {
+        self.0.is_open()
+    }
+
+    /// The exit work of the thread whose own rank is `rank` in this gate (I39): called by its
+    /// exit hook after the thread cache was wiped and before the exit is delivered. Drops the
+    /// thread's OWNED instance in a live `RankLocal`, on this thread; a `T::drop` panic unwinds.
+    fn run(self: Box<Self>, rank: u64) {
+        let g = &self.0;
         let s = lock(&g.inner);
-        if !s.alive {
-            continue;
-        }
-        let exit_one = g.exit_one;
-        if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| exit_one(&g, s, rank))) {
-            match first {
-                None => first = Some(panic),
-                Some(_) => drop_payload(panic),
-            }
+        if s.alive {
+            (g.exit_one)(g, s, rank);
         }
     }
-    first
 }
 
 /// The exit work for `rank`'s instance of a `RankLocal<T, _>` whose gate is `g`, under its lock
 /// `s`: OWNED → EXITING, move the value out, DROPPED, unlock, drop it (I39). Does nothing unless
 /// `rank` is this thread's own and its exit hook has begun: only then is no `with_own` of the
 /// instance running, on this thread or any other (I39).
-fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, rank: u64) {
+fn exit_one<'a, T>(g: &'a Arc<Gate>, mut s: MutexGuard<'a, GateInner>, rank: u64) {
     if rank != identity::own_raw() || identity::own_alive() {
         return;
     }
@@ -145,7 +188,7 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, rank: u64) {
         unsafe {
             let meta = p.meta();
             if meta.linger() {
-                meta.set_linger(g as *const Gate as usize, rank);
+                meta.set_linger(Arc::as_ptr(g) as usize, rank);
             } else {
                 meta.keep();
             }
@@ -181,15 +224,11 @@ fn exit_one<'a, T>(g: &'a Gate, mut s: MutexGuard<'a, GateInner>, rank: u64) {
     impl Drop for Landed<'_> {
         fn drop(&mut self) {
             let _ = EXIT_DROPPING.try_with(|d| d.set(self.1));
-            let mut s = lock(&self.0.inner);
-            s.in_flight -= 1;
-            if s.in_flight == 0 && s.waiters > 0 {
-                self.0.idle.notify_all();
-            }
+            land(self.0);
         }
     }
     let outer = EXIT_DROPPING
-        .try_with(|d| d.replace(g as *const Gate as usize))
+        .try_with(|d| d.replace(g as *const Arc<Gate> as usize))
         .unwrap_or(0);
     let _landed = Landed(g, outer);
     // Dropped here, outside the gate lock, on the owner's thread as its own rank (I10, I39).
@@ -326,25 +365,62 @@ pub(super) fn forget_owned<T>(tracks: &Tracks<T>, removed: &[(u64, Erased)]) {
 }
 
 impl<T, B: Backend> RankLocal<T, B> {
-    /// For the `RankLocal`'s drop: closes the gate (exit work then does nothing) and waits for
-    /// the values exit work moved out to be dropped, since their `T` may borrow what dies with
-    /// the `RankLocal` — unless this thread is inside such a drop of this gate (I39).
+    /// For the `RankLocal`'s drop: closes the gate (exit work then does nothing) and waits until
+    /// every flight of the gate ended (the values exit work moved out are dropped, since their
+    /// `T` may borrow what dies with the `RankLocal`) — or, inside an exit drop, hands the
+    /// flights to that drop's gate and returns at once (I39).
     pub(in crate::rank_local) fn close_gate(&mut self) {
         let Some(gate) = &mutex_mut(&mut self.writer).tracks.gate else {
             return;
         };
         // Relaxed: a pruning hint (`Gate::is_open`).
         gate.closed.store(true, Ordering::Relaxed);
-        let mine = EXIT_DROPPING
-            .try_with(|d| d.get() == Arc::as_ptr(gate) as usize)
-            .unwrap_or(false);
+        let outer = EXIT_DROPPING.try_with(Cell::get).unwrap_or(0);
+        if outer != 0 {
+            // SAFETY: `outer` is the address of the `Arc<Gate>` in the boxed `GateExit` that the
+            // exit hook runs, lent to `exit_one`, for the drop of a value that exit work moved
+            // out (the box is neither moved nor dropped before `run` returns): it is set on
+            // this thread only for that drop and restored when it ends, and this drop runs inside
+            // it on this thread, so the `Arc` lives, unmoved, for all of this call (I39).
+            let outer = unsafe { &*(outer as *const Arc<Gate>) };
+            return hand_over(gate, outer);
+        }
         let mut s = lock(&gate.inner);
         s.alive = false;
         s.owned.clear();
-        while s.in_flight > usize::from(mine) {
+        while s.in_flight > 0 {
             s.waiters += 1;
             s = wait(&gate.idle, s);
             s.waiters -= 1;
         }
     }
+}
+
+/// `gate`'s close from inside the exit drop of a value of `outer` (the `RankLocal` was that
+/// value's, or something it held, I39): closes it and, if flights of it have not ended, makes
+/// `outer` its heir — one more flight of `outer`, ended when the last of `gate`'s does — so that
+/// whatever waits for `outer`'s flights (its `RankLocal`'s drop, or the heir it hands them to)
+/// waits for `gate`'s too. No heir if `outer`'s heirs lead back to `gate` (`outer` may be `gate`):
+/// then every gate on that cycle was closed inside an exit drop, and no drop waits for any of
+/// them. Never blocks but on a gate lock.
+fn hand_over(gate: &Arc<Gate>, outer: &Arc<Gate>) {
+    let _serial = lock(&HANDOVERS);
+    let mut s = lock(&gate.inner);
+    s.alive = false;
+    s.owned.clear();
+    if s.in_flight == 0 {
+        return;
+    }
+    // The heirs from `outer` on do not change meanwhile: each counts a flight for the one before
+    // it, `outer`'s count holds this drop's, so none reaches 0 and drops its heir; and heirs are
+    // only set here, under `HANDOVERS`.
+    let mut next = Some(Arc::clone(outer));
+    while let Some(g) = next {
+        if Arc::ptr_eq(&g, gate) {
+            return; // a cycle: nothing waits
+        }
+        next = lock(&g.inner).heir.clone();
+    }
+    lock(&outer.inner).in_flight += 1;
+    s.heir = Some(Arc::clone(outer));
 }

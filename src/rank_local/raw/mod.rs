@@ -34,23 +34,37 @@ use core::any::Any;
 use core::marker::PhantomData;
 use std::collections::VecDeque;
 
-use crate::fifo::Fifo;
-
-use super::init::Access;
 use super::{fresh_uid, RankLocal, Writer};
 use crate::backend::Backend;
 use crate::cache;
 use crate::collector::{self, Pin};
 use crate::erased::Erased;
+use crate::fifo::Fifo;
 use crate::identity::{self, Inbox};
 use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, MutexGuard, Ordering};
 
-pub(crate) use self::gate::{run_exit_work, Gate};
+use self::gate::Gate;
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
 use self::instance::{InstancePtr, Meta, ESCAPED, LINGERING, OWNED, SCOPED};
 pub(super) use self::own_ref::Held;
 pub use self::own_ref::OwnRef;
 pub(super) use self::reading::Reading;
+
+/// How a first touch hands its instance out.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::rank_local) enum Access {
+    /// As a plain `&T` (`get` and friends): the instance is ESCAPED, kept until `&mut` (I31).
+    Escaped,
+    /// To a closure (`with`) on the live owner's thread: the instance stays SCOPED, and needs no
+    /// pin while the thread runs (I35).
+    Owner,
+    /// To a closure (`with`) of any other thread: SCOPED, protected by a pin until the closure
+    /// returns (I33).
+    Scoped,
+    /// To a closure (`with_own`) on the live owner's thread: OWNED, dropped by the thread's exit
+    /// work unless another access moves it on first (I39).
+    Own,
+}
 
 /// A panic payload, kept to re-raise at an explicit reclamation call.
 pub(super) type Payload = Box<dyn Any + Send>;
@@ -647,7 +661,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
             let i = unsafe { Inst::new(self.rl, old, p) };
             let own = access == Access::Own
                 && LiveOwner::new(self.rl, rank).is_some()
-                && identity::add_exit_gate(gate);
+                && gate::add_exit_gate(gate);
             let to = match access {
                 Access::Escaped => ESCAPED,
                 Access::Own if own => OWNED,
@@ -746,7 +760,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         // exit work may move an OWNED value out (I39). Otherwise SCOPED, swept after the exit.
         let own = access == Access::Own
             && LiveOwner::new(self.rl, rank).is_some()
-            && identity::add_exit_gate(
+            && gate::add_exit_gate(
                 self.w
                     .tracks
                     .gate
