@@ -209,6 +209,31 @@
 //! C.for_each(|_, c| c.store(0, std::sync::atomic::Ordering::Relaxed));
 //! ```
 //!
+//! # Values dropped at thread exit are `'static` (I39)
+//!
+//! The owner-only family drops a value when its thread exits, which may be after the data a
+//! borrowing `T` points to is gone (the map forgotten, or a scoped thread's thread-locals torn
+//! down after the scope returned): as std's `thread_local!`, it takes `'static` values only.
+//!
+//! ```compile_fail,E0597
+//! struct Holder<'a>(&'a u32);
+//! std::thread::spawn(|| {
+//!     let data = 7;
+//!     let m: ranklocal::RankLocal<Holder<'_>> = ranklocal::RankLocal::new();
+//!     m.with_own_or(|| Holder(&data), |_| ());
+//!     std::mem::forget(m);
+//! });
+//! ```
+//! ```
+//! struct Holder<'a>(&'a u32);
+//! std::thread::spawn(|| {
+//!     static DATA: u32 = 7;
+//!     let m: ranklocal::RankLocal<Holder<'_>> = ranklocal::RankLocal::new();
+//!     m.with_own_or(|| Holder(&DATA), |_| ());
+//!     std::mem::forget(m);
+//! });
+//! ```
+//!
 //! # A key built around a hand-made slot is sound, not useful (I8)
 //!
 //! `RankLocalKey::__new` is safe: its slot holds only `&'static T`s, so whatever a hand-made slot

@@ -259,12 +259,12 @@ fn exit_drops_run_on_the_thread_as_its_rank<B: Backend>() {
 
 /// `OwnRef::leak` keeps the value (as `get_own` did before it returned a guard).
 fn leaked_get_own_values_are_kept_after_exit<B: Backend>() {
-    let sink = AtomicUsize::new(0);
-    let drops = AtomicUsize::new(0);
+    let sink = common::counter();
+    let drops = common::counter();
     let rl = RankLocal::<Tally<'_>, B>::new();
     thread::scope(|s| {
         s.spawn(|| {
-            rl.with_own_or(|| Tally::new(&sink, &drops), |t| t.n.set(1));
+            rl.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(1));
             OwnRef::leak(rl.get_own_or(|| unreachable!("exists")))
                 .n
                 .set(2); // kept
@@ -273,7 +273,7 @@ fn leaked_get_own_values_are_kept_after_exit<B: Backend>() {
         .unwrap();
         s.spawn(|| {
             let _ = rl.try_get_own(); // nothing to keep: this thread has none
-            OwnRef::leak(rl.get_own_or(|| Tally::new(&sink, &drops)))
+            OwnRef::leak(rl.get_own_or(|| Tally::new(sink, drops)))
                 .n
                 .set(3);
         })
@@ -361,19 +361,19 @@ fn with_for_that_joins_the_owner_does_not_deadlock<B: Backend>() {
     });
 }
 
-/// Exactly one drop per value when the `RankLocal` (a local, in an `Arc`, of a `T` that borrows
-/// the caller's stack) is dropped before, while or after its threads exit: the drop waits for
-/// values the exit work is dropping, whose `T` borrows what dies after it.
+/// Exactly one drop per value when the `RankLocal` (a local, or in an `Arc`) is dropped before,
+/// while or after its threads exit: the drop waits for values the exit work is dropping, so
+/// every value is dropped when it returns.
 fn exit_drop_while_the_rank_local_is_dropped<B: Backend>() {
     for round in 0..if cfg!(miri) { 2 } else { 20 } {
-        let sink = AtomicUsize::new(0);
-        let drops = AtomicUsize::new(0);
+        let sink = common::counter();
+        let drops = common::counter();
         let barrier = Barrier::new(THREADS + 1);
         thread::scope(|s| {
             let rl = Arc::new(RankLocal::<Tally<'_>, B>::new());
             for i in 0..THREADS {
                 let rl = Arc::clone(&rl);
-                let (sink, drops, barrier) = (&sink, &drops, &barrier);
+                let (sink, drops, barrier) = (sink, drops, &barrier);
                 s.spawn(move || {
                     rl.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(1));
                     barrier.wait();
@@ -397,12 +397,12 @@ fn exit_drop_while_the_rank_local_is_dropped<B: Backend>() {
 /// `&mut T` lent is dropped under it.
 fn exit_drop_while_mut_operations_run<B: Backend>() {
     for op in 0..3 {
-        let sink = AtomicUsize::new(0);
-        let drops = AtomicUsize::new(0);
+        let sink = common::counter();
+        let drops = common::counter();
         let mut rl = RankLocal::<Tally<'_>, B>::new();
         thread::scope(|s| {
             for _ in 0..THREADS {
-                s.spawn(|| rl.with_own_or(|| Tally::new(&sink, &drops), |t| t.n.set(1)));
+                s.spawn(|| rl.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(1)));
             }
         });
         match op {

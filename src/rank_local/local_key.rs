@@ -66,7 +66,7 @@ impl fmt::Display for AccessError {
 impl std::error::Error for AccessError {}
 
 /// std's `LocalKey<Cell<T>>` shortcuts, on the calling OS thread's own instance.
-impl<T: Send, B: Backend> RankLocal<Cell<T>, B> {
+impl<T: Send + 'static, B: Backend> RankLocal<Cell<T>, B> {
     /// Sets this thread's own value to `value`, as std's `LocalKey<Cell<T>>::set`: if the thread
     /// has no instance yet, `value` becomes it (no `T::default()` is built).
     ///
@@ -145,7 +145,7 @@ impl<T: Send, B: Backend> RankLocal<Cell<T>, B> {
 
 /// std's `LocalKey<Cell<T>>::get` for a `Copy` value, named `get_cell`: `get` is the rank-aware
 /// method that returns `&T`.
-impl<T: Copy + Send, B: Backend> RankLocal<Cell<T>, B> {
+impl<T: Copy + Send + 'static, B: Backend> RankLocal<Cell<T>, B> {
     /// A copy of this thread's own value, created with `T::default()` first if needed: std's
     /// `LocalKey<Cell<T>>::get`.
     ///
@@ -172,7 +172,7 @@ impl<T: Copy + Send, B: Backend> RankLocal<Cell<T>, B> {
 }
 
 /// std's `LocalKey<RefCell<T>>` shortcuts, on the calling OS thread's own instance.
-impl<T: Send, B: Backend> RankLocal<RefCell<T>, B> {
+impl<T: Send + 'static, B: Backend> RankLocal<RefCell<T>, B> {
     /// Lends this thread's own value to `f`, borrowed, creating it with `T::default()` first if
     /// needed: std's `LocalKey<RefCell<T>>::with_borrow`.
     ///

@@ -96,7 +96,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn get_own(&self) -> OwnRef<'_, T>
     where
-        T: Default,
+        T: Default + 'static,
     {
         self.get_own_or(T::default)
     }
@@ -117,7 +117,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or).
     #[inline]
     #[track_caller]
-    pub fn get_own_or(&self, init: impl FnOnce() -> T) -> OwnRef<'_, T> {
+    pub fn get_own_or(&self, init: impl FnOnce() -> T) -> OwnRef<'_, T>
+    where
+        T: 'static,
+    {
         let held = match self.own_entry_ref(identity::own_raw_or_zero()) {
             Some(h) => h,
             None => self.get_own_slow(init),
@@ -144,10 +147,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or).
     #[inline]
     #[track_caller]
-    pub fn get_own_or_try<E>(
-        &self,
-        init: impl FnOnce() -> Result<T, E>,
-    ) -> Result<OwnRef<'_, T>, E> {
+    pub fn get_own_or_try<E>(&self, init: impl FnOnce() -> Result<T, E>) -> Result<OwnRef<'_, T>, E>
+    where
+        T: 'static,
+    {
         let held = match self.own_entry_ref(identity::own_raw_or_zero()) {
             Some(h) => h,
             None => self.get_own_slow_try(init)?,
@@ -277,6 +280,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     ///   destructor that runs after this crate's own exit work is not dropped at exit but by a
     ///   later sweep, after its rank exited.
     ///
+    /// `T: 'static`, as for std's `thread_local!`: a value dropped at its thread's exit may outlive
+    /// everything but `'static` data (the map may have been forgotten meanwhile).
+    ///
     /// A value's `Drop` at exit may release the last `Arc` of its own `RankLocal`, or of another
     /// one whose values other exiting threads are dropping: that `RankLocal`'s drop then does not
     /// wait for those drops (the drop of the map that owned the value waits for them instead), so
@@ -291,7 +297,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn with_own<R>(&self, f: impl FnOnce(&T) -> R) -> R
     where
-        T: Default,
+        T: Default + 'static,
     {
         self.with_own_or(T::default, f)
     }
@@ -312,7 +318,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// As [`get_or`](Self::get_or). A panic in `f` propagates; nothing is leaked.
     #[inline]
     #[track_caller]
-    pub fn with_own_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R {
+    pub fn with_own_or<R>(&self, init: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> R
+    where
+        T: 'static,
+    {
         let rank = identity::own_raw_or_zero();
         match self.with_owner_entry(rank, OwnerTag::Own, f) {
             Ok(r) => r,
@@ -343,7 +352,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     #[track_caller]
     pub fn try_with_own<R>(&self, f: impl FnOnce(&T) -> R) -> Result<R, AccessError>
     where
-        T: Default,
+        T: Default + 'static,
     {
         if identity::own_storage_torn_down() {
             return Err(AccessError::new());
