@@ -430,7 +430,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// assert_eq!(rl.len(), 2);
     /// ```
     pub fn len(&self) -> usize {
-        self.core.len()
+        self.core.kept()
     }
 
     /// `true` if no rank has an instance.

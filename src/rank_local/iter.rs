@@ -55,12 +55,15 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         T: SyncValue,
     {
         // Under the writer lock the map cannot change (I16) and holds no RECLAIMING instance
-        // (I30). Counting the walk is what marks the snapshot's instances escaped: every one of
-        // them was published at a lower count, so no sweep takes it from now on (I31). O(1)
-        // under the lock, whatever the map holds.
-        Iter {
-            walk: Locked::new(self).walk(),
-        }
+        // (I30). First the exits delivered so far are swept, so the snapshot holds no instance
+        // of a rank known to have exited; then the walk is numbered, and a batch a later sweep
+        // retires waits for it if its snapshot may hold one of its instances (I31). O(k log n)
+        // under the lock for k exits not swept yet, each swept once.
+        let mut w = Locked::new(self);
+        let ready = Self::sweep_before_walk(&mut w);
+        let walk = w.walk();
+        self.free_ready(ready); // outside the lock; the walk holds no pin
+        Iter { walk }
     }
 
     /// Every `(rank, &mut instance)`.

@@ -75,17 +75,16 @@ fn take_ready<T: Send, B: Backend>(w: &mut Locked<'_, T, B>, me: u64, help: bool
     }
 }
 
-/// `true` while a batch with a serial below `upto` is retired, or being freed by a thread other
-/// than `me` — unless `in_drop` (`reclaim_exited_blocking`'s wait, see there).
+/// `true` while a batch with a serial below `upto` waits for its grace period, or is being freed
+/// by a thread other than `me` — unless `in_drop` (`reclaim_exited_blocking`'s wait, see there).
+/// A batch that only waits for a live `Iter` does not hold: an iterator may be held for ever.
 fn holds_before<T: Send, B: Backend>(
     w: &Locked<'_, T, B>,
     upto: u64,
     me: u64,
     in_drop: bool,
 ) -> bool {
-    // the queue is in ascending serial order: its front is the oldest
-    w.oldest_serial().is_some_and(|s| s < upto)
-        || (!in_drop && w.sweep.freeing.iter().any(|&(s, t)| s < upto && t != me))
+    w.graces_before(upto) || (!in_drop && w.sweep.freeing.iter().any(|&(s, t)| s < upto && t != me))
 }
 
 /// When [`RankLocal::sweep`] sweeps.
@@ -145,6 +144,18 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     pub(super) fn free_after_unpin(&self) {
         let ready = Self::take(&mut Locked::new(self), SweepWhen::Due);
         self.free_ready(ready);
+    }
+
+    /// `iter`'s sweep, under the writer lock `w` just before it takes its snapshot: retires the
+    /// instances of every rank whose exit was delivered (and the tombstones), so the snapshot
+    /// holds none of them and the walk cannot escape them; returns the ready batches, which the
+    /// caller frees after it dropped the lock. O(k log n) for k exits, each swept once.
+    pub(super) fn sweep_before_walk(w: &mut Locked<'_, T, B>) -> Ready<T> {
+        if w.pending() > 0 || w.has_tombs() {
+            crate::counters::bump!(SWEEPS);
+            w.sweep_exited();
+        }
+        Self::take(w, SweepWhen::Due)
     }
 
     /// The sweep (I30, I32, I36), under the writer lock `w`: now, or if enough ranks exited (at

@@ -126,21 +126,13 @@ impl Meta {
 
     /// The sweeper's take of an exited rank's instance (I30, I39): SCOPED → RECLAIMING (its value
     /// is dropped after the grace period) or a DROPPED tombstone → REAPED (only its allocation is
-    /// freed); `false` for anything else, which the sweep leaves. An instance published before
-    /// the `RankLocal`'s walk count reached `walks` may be in an `iter()`'s snapshot: it is
-    /// never taken (a SCOPED one is marked ESCAPED, which it is in effect, I31).
+    /// freed); `false` for anything else, which the sweep leaves. An `iter()` whose snapshot
+    /// holds it yields it only if its own CAS to ESCAPED wins, and the batch waits for that walk
+    /// (I31).
     ///
     /// Memory-safe anywhere (it only moves a state); the sweep calls it under the writer lock,
     /// for exited ranks only (I30, I32, I35, I36), which is what makes the take *right*.
-    pub(super) fn take_for_sweep(&self, walks: u64) -> bool {
-        if self.born() != walks {
-            // Relaxed: under the writer lock a SCOPED state only moves on to ESCAPED or (by the
-            // exit work) not at all; the lock orders it before any later sweep (I30).
-            let _ =
-                self.state
-                    .compare_exchange(SCOPED, ESCAPED, Ordering::Relaxed, Ordering::Relaxed);
-            return false;
-        }
+    pub(super) fn take_for_sweep(&self) -> bool {
         // SeqCst (Relaxed would do for the one-winner property, I30): keeps the argument about
         // readers local.
         self.state
