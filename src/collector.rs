@@ -12,7 +12,8 @@
 //! thread pinned forever on crossbeam's default collector (another crate's long-held guard) does
 //! not stop this crate's reclamation.
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
+use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
@@ -266,9 +267,11 @@ tls! {
 }
 
 /// A pin of the crate's collector: a crossbeam `Guard` (which it derefs to), and for a pin taken
-/// during thread teardown the record [`is_pinned`] reads.
+/// during thread teardown the record [`is_pinned`] reads. Its drop runs the work left for the end
+/// of the thread's outermost read ([`after_reads`]) once the thread holds no pin any more.
 pub(crate) struct Pin {
-    guard: Guard,
+    /// Dropped first in `Pin`'s drop, so that the work after the outermost read runs unpinned.
+    guard: ManuallyDrop<Guard>,
     late: bool,
 }
 
@@ -283,9 +286,64 @@ impl core::ops::Deref for Pin {
 impl Drop for Pin {
     #[inline]
     fn drop(&mut self) {
+        // SAFETY: the guard is dropped once, here, and never used again: `self` is being dropped
+        // and the field is not read after this line (I18).
+        unsafe { ManuallyDrop::drop(&mut self.guard) };
         if self.late {
             LATE_PINS.with(|n| n.set(n.get() - 1));
         }
+        // One load while nothing is left (the hit paths): a `Cell` without a destructor.
+        if AFTER_DUE.with(Cell::get) {
+            run_after_reads();
+        }
+    }
+}
+
+tls! {
+    /// `true` while [`AFTER`] holds work. No destructor: readable at any time.
+    static AFTER_DUE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Work left for the end of the thread's outermost read, each with the key [`after_reads`]
+/// coalesces by.
+type AfterReads = Vec<(usize, Box<dyn FnOnce()>)>;
+
+tls! {
+    /// Work to run once this thread holds no pin of the crate's collector ([`after_reads`]).
+    static AFTER: RefCell<AfterReads> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `job` on this thread once it holds no pin of the crate's collector: when the pin that
+/// ends its outermost read (a `with_for`, a `for_each`, another rank's `with`) is dropped. If
+/// the thread panics out of the read, or exits first, `job` is dropped unrun; the work it stands
+/// for must then be reachable another way. A job whose `key` equals the last one queued is
+/// dropped at once (it would do the same work). `job` must not unwind.
+pub(crate) fn after_reads(key: usize, job: Box<dyn FnOnce()>) {
+    let queued = AFTER.try_with(|a| {
+        let mut a = a.borrow_mut();
+        if a.last().is_none_or(|&(k, _)| k != key) {
+            a.push((key, job));
+        }
+    });
+    if queued.is_ok() {
+        let _ = AFTER_DUE.try_with(|d| d.set(true));
+    }
+}
+
+/// The work [`after_reads`] queued, run by the drop of a pin if the thread holds no other pin
+/// (and is not unwinding: a job may drop values, whose panic would abort).
+#[cold]
+#[inline(never)]
+fn run_after_reads() {
+    if is_pinned() || std::thread::panicking() {
+        return; // not the outermost read yet, or unwinding: a later unpin runs it
+    }
+    let _ = AFTER_DUE.try_with(|d| d.set(false));
+    let jobs = AFTER
+        .try_with(|a| core::mem::take(&mut *a.borrow_mut()))
+        .unwrap_or_default();
+    for (_, job) in jobs {
+        job(); // may pin, unpin and queue more: those run at the end of that unpin
     }
 }
 
@@ -303,7 +361,10 @@ const PINS_BETWEEN_FLUSHES: u32 = 128;
 pub(crate) fn pin() -> Pin {
     crate::counters::bump!(PINS);
     match HANDLE.try_with(LocalHandle::pin) {
-        Ok(guard) => Pin { guard, late: false },
+        Ok(guard) => Pin {
+            guard: ManuallyDrop::new(guard),
+            late: false,
+        },
         Err(_) => late_pin(),
     }
 }
@@ -313,7 +374,7 @@ pub(crate) fn pin() -> Pin {
 fn late_pin() -> Pin {
     LATE_PINS.with(|n| n.set(n.get() + 1));
     Pin {
-        guard: COLLECTOR.register().pin(),
+        guard: ManuallyDrop::new(COLLECTOR.register().pin()),
         late: true,
     }
 }

@@ -14,7 +14,8 @@ use std::time::Duration;
 use ranklocal::{Backend, RankId, RankLocal};
 
 common::backend_tests! {
-    len_counts_what_nested_first_touches_keep,
+    nested_first_touches_stay_bounded,
+    nested_first_touch_drops_after_the_outer_read,
     a_monitor_between_workers_keeps_nothing,
     a_free_running_monitor_keeps_at_most_what_it_saw_alive,
     overlapping_iterators_do_not_keep_exited_slots,
@@ -58,35 +59,90 @@ fn waves(threads: usize, touch: impl Fn() + Sync, mut between: impl FnMut()) {
     }
 }
 
-/// Every first touch made inside another map's read: whatever they keep (unpublished by their
-/// sweeps and waiting for a call outside every read to drop them), `len` counts it. Before, `len`
-/// stayed at 8 while 1,000 values were alive.
-fn len_counts_what_nested_first_touches_keep<B: Backend>() {
+/// Every first touch made inside another map's read (`other.with_for(r, |_| map.with(..))` in
+/// each worker), and nothing else ever calls the map: what the nested sweeps unpublish is dropped
+/// when each worker's outer read ends, so the live values stay bounded, and `len` counts every
+/// one of them (in the map, waiting for a grace period, or for the end of a read). Run alone in a
+/// child process, so that no other test's calls free anything for it. Before, 1,000 values were
+/// alive after 1,000 threads while `len` said 8.
+fn nested_first_touches_stay_bounded<B: Backend>() {
+    common::alone::<B>("nested_first_touches_stay_bounded", || {
+        common::within_deadline(|| {
+            let live = Arc::new(AtomicUsize::new(0));
+            let map = RankLocal::<Live, B>::new();
+            let other = RankLocal::<u8, B>::new();
+            other.with(|_| ());
+            let r = RankId::current();
+            waves(
+                THREADS,
+                || {
+                    other.with_for(r, |_| map.with_or(|| Live::new(&live), |_| ()));
+                },
+                || {},
+            );
+            let kept = live.load(SeqCst);
+            assert_eq!(
+                map.len(),
+                kept,
+                "len does not count the values the map keeps"
+            );
+            assert!(
+                kept <= THREADS / 4,
+                "{kept} of {THREADS} values alive after every worker exited"
+            );
+            map.reclaim_exited_blocking();
+            assert_eq!(
+                live.load(SeqCst),
+                0,
+                "a call outside every read freed nothing"
+            );
+            assert_eq!(map.len(), 0);
+        });
+    });
+}
+
+/// A first touch nested in another read drops nothing inside it, even once its sweep finds a
+/// batch ready: the batch is dropped when the outer read ends, on the same thread.
+fn nested_first_touch_drops_after_the_outer_read<B: Backend>() {
     common::within_deadline(|| {
         let live = Arc::new(AtomicUsize::new(0));
         let map = RankLocal::<Live, B>::new();
         let other = RankLocal::<u8, B>::new();
-        other.with(|_| ());
-        let r = RankId::current();
-        waves(
-            THREADS,
+        let keeper = ranklocal::Rank::new(); // another rank: reading its value pins
+        let r = keeper.id();
+        ranklocal::on_behalf_of(r, || other.with(|_| ()));
+        // 16 exited ranks' values, swept and past their grace period: ready
+        let ranks: Vec<ranklocal::Rank> = (0..16).map(|_| ranklocal::Rank::new()).collect();
+        for k in &ranks {
+            ranklocal::on_behalf_of(k.id(), || map.with_or(|| Live::new(&live), |_| ()));
+        }
+        drop(ranks);
+        let first = ranklocal::Rank::new();
+        // a first touch outside every read sweeps them (16 exits, due)
+        ranklocal::on_behalf_of(first.id(), || map.with_or(|| Live::new(&live), |_| ()));
+        assert_eq!(map.len(), 17, "len counts what waits for its grace period");
+        assert!(common::patiently(
             || {
-                other.with_for(r, |_| map.with_or(|| Live::new(&live), |_| ()));
+                // a nested first touch: what its sweep finds ready goes at the outer read's end
+                other.with_for(r, |_| {
+                    let k = ranklocal::Rank::new();
+                    let before = live.load(SeqCst);
+                    ranklocal::on_behalf_of(k.id(), || {
+                        map.with_or(|| Live::new(&live), |_| ());
+                    });
+                    assert_eq!(
+                        live.load(SeqCst),
+                        before + 1,
+                        "dropped inside the outer read"
+                    );
+                });
+                live.load(SeqCst) < 17
             },
             || {},
-        );
-        assert_eq!(
-            map.len(),
-            live.load(SeqCst),
-            "len does not count the values the map keeps"
-        );
+        ));
+        drop(first);
         map.reclaim_exited_blocking();
-        assert_eq!(
-            live.load(SeqCst),
-            0,
-            "a call outside every read freed nothing"
-        );
-        assert_eq!(map.len(), 0);
+        assert_eq!(map.len(), live.load(SeqCst));
     });
 }
 

@@ -24,6 +24,7 @@
 
 mod gate;
 mod instance;
+mod limbo;
 
 use core::any::Any;
 use core::marker::PhantomData;
@@ -41,6 +42,7 @@ use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, Mutex, Mute
 pub(crate) use self::gate::{run_exit_work, Gate};
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
 use self::instance::{InstancePtr, Meta, ESCAPED, OWNED, SCOPED};
+use self::limbo::Limbo;
 
 /// A panic payload, kept to re-raise at an explicit reclamation call.
 pub(super) type Payload = Box<dyn Any + Send>;
@@ -69,6 +71,9 @@ pub(super) struct Core<T, B: Backend> {
     /// Instances a sweep unpublished and nobody freed yet (queued batches, I32): counted by
     /// `len`, so that what waits for a grace period or a later call shows.
     retired: AtomicUsize,
+    /// Where a sweep inside a read puts the batches it found ready, for the thread to drop at the
+    /// end of its outermost read (or any call outside every read); made on first use.
+    limbo: Mutex<Option<Arc<Limbo>>>,
     /// Typed for its `RankLocal`'s `T`: a core cannot be moved to a `RankLocal` of another `T`.
     _t: PhantomData<fn(T) -> T>,
 }
@@ -82,6 +87,7 @@ impl<T, B: Backend> Core<T, B> {
             uid: cache::AtomicUid::new(cache::NO_UID),
             walking: Mutex::new(Vec::new()),
             retired: AtomicUsize::new(0),
+            limbo: Mutex::new(None),
             _t: PhantomData,
         }
     }
@@ -94,6 +100,7 @@ impl<T, B: Backend> Core<T, B> {
             uid: cache::AtomicUid::new(cache::NO_UID),
             walking: Mutex::new(Vec::new()),
             retired: AtomicUsize::new(0),
+            limbo: Mutex::new(None),
             _t: PhantomData,
         }
     }
@@ -109,7 +116,13 @@ impl<T, B: Backend> Core<T, B> {
         // The map first: a sweep counts what it retires before it unpublishes it, so a count taken
         // meanwhile counts it twice rather than not at all. Relaxed: a count, ordering nothing.
         let in_map = self.len();
-        in_map + self.retired.load(Ordering::Relaxed)
+        let limbo = lock(&self.limbo).as_ref().map_or(0, |l| l.kept());
+        in_map + self.retired.load(Ordering::Relaxed) + limbo
+    }
+
+    /// The limbo, if made.
+    fn limbo(&self) -> Option<Arc<Limbo>> {
+        lock(&self.limbo).clone()
     }
 
     /// The ranks with an entry, from one snapshot.
@@ -601,6 +614,40 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         self.w.tracks.graces_before(upto)
     }
 
+    /// For a sweep inside a read (this thread holds a pin): moves the batches whose grace period
+    /// passed and that no live walk may hold to the limbo, which this thread drains at the end of
+    /// its outermost read (I32). Nothing is dropped here.
+    pub(super) fn defer_ready(&mut self) {
+        if self.w.tracks.no_batches() {
+            return;
+        }
+        let (_, removed) = self.take_ready();
+        if removed.len() == 0 {
+            return;
+        }
+        let limbo = lock(&self.rl.core.limbo)
+            .get_or_insert_with(|| Limbo::new::<T>(self.rl as *const _ as usize))
+            .clone();
+        Limbo::defer(&limbo, removed);
+    }
+
+    /// For a call outside every read: what waits in the limbo (to drop after the lock is
+    /// released), and, if `panic`, the `T::drop` panic a drain kept.
+    pub(super) fn take_deferred(&mut self, panic: bool) -> (Removed<T>, Option<Payload>) {
+        let (entries, panic) = self
+            .rl
+            .core
+            .limbo()
+            .map(|l| l.take(false, panic))
+            .unwrap_or_default();
+        (self.rl.removed(entries), panic)
+    }
+
+    /// `true` while another thread's drain drops instances it took from the limbo.
+    pub(super) fn deferred_in_flight(&self) -> bool {
+        self.rl.core.limbo().is_some_and(|l| l.in_flight())
+    }
+
     /// Takes out the batches whose grace period passed (I32) and that no live walk may hold
     /// (I31, I39): their serials, and their instances to drop after the lock is released.
     pub(super) fn take_ready(&mut self) -> (Vec<u64>, Removed<T>) {
@@ -903,6 +950,11 @@ impl<T> Removed<T> {
         self.entries.extend(other.entries);
     }
 
+    /// The `RankLocal`'s address and the instances, for the limbo.
+    fn into_entries(self) -> (usize, Vec<(u64, Erased)>) {
+        (self.owner, self.entries)
+    }
+
     /// Drops every instance, each as its own rank, and returns the first `T::drop` panic after
     /// dropping the rest (I10); never unwinds.
     #[must_use = "a `T::drop` panic is returned to be re-raised"]
@@ -1061,6 +1113,14 @@ impl<T, B: Backend> RankLocal<T, B> {
             self.core.uid.store(cache::NO_UID, Ordering::Relaxed);
         }
         self.removed(entries)
+    }
+
+    /// `&mut` access: what waits in the limbo, and the panic a drain kept; `close` (the drop):
+    /// later drains do nothing (I32).
+    pub(super) fn take_deferred_mut(&mut self, close: bool) -> (Removed<T>, Option<Payload>) {
+        let limbo = crate::primitive::mutex_mut(&mut self.core.limbo).clone();
+        let (entries, panic) = limbo.map(|l| l.take(close, true)).unwrap_or_default();
+        (self.removed(entries), panic)
     }
 
     /// `&mut` access: every batch the sweep queued, ready or not: no reader exists (I6, I32).
