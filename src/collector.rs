@@ -289,19 +289,34 @@ impl Drop for Pin {
         // SAFETY: the guard is dropped once, here, and never used again: `self` is being dropped
         // and the field is not read after this line (I18).
         unsafe { ManuallyDrop::drop(&mut self.guard) };
-        if self.late {
-            LATE_PINS.with(|n| n.set(n.get() - 1));
-        }
-        // One load while nothing is left (the hit paths): a `Cell` without a destructor.
-        if AFTER_DUE.with(Cell::get) {
-            run_after_reads();
+        // One load while there is nothing to do (the hit paths): a `Cell` without a destructor.
+        if UNPIN_DUE.with(Cell::get) {
+            after_unpin(self.late);
         }
     }
 }
 
 tls! {
-    /// `true` while [`AFTER`] holds work. No destructor: readable at any time.
-    static AFTER_DUE: Cell<bool> = const { Cell::new(false) };
+    /// `true` while a pin's drop has work: a pin taken during teardown is held ([`LATE_PINS`]),
+    /// or [`AFTER`] holds work. No destructor: readable at any time.
+    static UNPIN_DUE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A pin's drop when [`UNPIN_DUE`] is set: counts a late pin's end, then runs the work queued for
+/// the end of the outermost read if this was it (and the thread is not unwinding: a job may drop
+/// values, whose panic would abort).
+#[cold]
+#[inline(never)]
+fn after_unpin(late: bool) {
+    if late {
+        LATE_PINS.with(|n| n.set(n.get() - 1));
+    }
+    if !is_pinned() && !std::thread::panicking() {
+        run_after_reads();
+    }
+    let due =
+        LATE_PINS.with(Cell::get) > 0 || AFTER.try_with(|a| !a.borrow().is_empty()) == Ok(true);
+    let _ = UNPIN_DUE.try_with(|d| d.set(due));
 }
 
 /// Work left for the end of the thread's outermost read, each with the key [`after_reads`]
@@ -326,19 +341,12 @@ pub(crate) fn after_reads(key: usize, job: Box<dyn FnOnce()>) {
         }
     });
     if queued.is_ok() {
-        let _ = AFTER_DUE.try_with(|d| d.set(true));
+        let _ = UNPIN_DUE.try_with(|d| d.set(true));
     }
 }
 
-/// The work [`after_reads`] queued, run by the drop of a pin if the thread holds no other pin
-/// (and is not unwinding: a job may drop values, whose panic would abort).
-#[cold]
-#[inline(never)]
+/// The work [`after_reads`] queued, run by the drop of the thread's last pin.
 fn run_after_reads() {
-    if is_pinned() || std::thread::panicking() {
-        return; // not the outermost read yet, or unwinding: a later unpin runs it
-    }
-    let _ = AFTER_DUE.try_with(|d| d.set(false));
     let jobs = AFTER
         .try_with(|a| core::mem::take(&mut *a.borrow_mut()))
         .unwrap_or_default();
@@ -373,6 +381,7 @@ pub(crate) fn pin() -> Pin {
 #[cold]
 fn late_pin() -> Pin {
     LATE_PINS.with(|n| n.set(n.get() + 1));
+    UNPIN_DUE.with(|d| d.set(true)); // its drop counts it down
     Pin {
         guard: ManuallyDrop::new(COLLECTOR.register().pin()),
         late: true,

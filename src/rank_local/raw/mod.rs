@@ -12,6 +12,7 @@
 //! | a walk ([`Walk`]) | [`Locked::walk`] | escaped `&'rl T` of a snapshot | a batch retired while the walk lives waits for it if the walk's snapshot may hold one of its instances (I31, I39) |
 //! | `&mut RankLocal` | the `&mut` methods | [`Removed`], `&mut T` | no other user exists (I6) |
 //! | a grace period | a [`Batch`] whose token the collector set | [`Removed`] | no reader can still see it (I32) |
+//! | the limbo | a sweep inside a read ([`Locked::defer_ready`]) | instances its thread's drain drops at the end of its outermost read | taken out of the batch queue, each taken from the limbo once (I32) |
 //!
 //! What a protection cannot know — that a rank handed to the sweep has exited (I36), that a gate
 //! entry is its thread's own (I39) — is checked here or established by the code that makes the
