@@ -314,8 +314,10 @@ fn after_unpin(late: bool) {
     if !is_pinned() && !std::thread::panicking() {
         run_after_reads();
     }
-    let due =
-        LATE_PINS.with(Cell::get) > 0 || AFTER.try_with(|a| !a.borrow().is_empty()) == Ok(true);
+    let due = LATE_PINS.with(Cell::get) > 0
+        || AFTER
+            .try_with(|a| !a.borrow().is_empty())
+            .is_ok_and(|queued| queued);
     let _ = UNPIN_DUE.try_with(|d| d.set(due));
 }
 
