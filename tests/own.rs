@@ -75,7 +75,7 @@ fn tombstones_wait_for_a_held_iterator_and_do_not_pile_up<B: Backend>() {
         visit(&rl);
         assert_eq!(rl.iter().count(), 0, "iter yielded a value dropped at exit");
     }
-    rl.reclaim_exited();
+    rl.reclaim_exited_blocking(); // `len` counts what waits for its grace period
     assert_eq!(rl.len(), 0, "tombstones piled up behind the iterations");
     // a thread whose value is in a held iterator's snapshot exits: its tombstone waits for it
     let (touched_tx, touched_rx) = std::sync::mpsc::channel();
@@ -100,7 +100,7 @@ fn tombstones_wait_for_a_held_iterator_and_do_not_pile_up<B: Backend>() {
         "a sweep freed a tombstone a live iterator holds"
     );
     assert_eq!(held.count(), 0); // reads the tombstone's state: alive (Miri checks it)
-    rl.reclaim_exited();
+    rl.reclaim_exited_blocking();
     assert_eq!(
         rl.len(),
         0,
