@@ -130,6 +130,7 @@ fn nested_first_touch_drops_after_the_outer_read<B: Backend>() {
                     ranklocal::on_behalf_of(k.id(), || {
                         map.with_or(|| Live::new(&live), |_| ());
                     });
+                    other.with_for(r, |_| ()); // an inner read begins and ends: not the outermost
                     assert_eq!(
                         live.load(SeqCst),
                         before + 1,
