@@ -12,7 +12,8 @@
 //! thread pinned forever on crossbeam's default collector (another crate's long-held guard) does
 //! not stop this crate's reclamation.
 
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
+use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 
 use crossbeam_epoch::{Collector, Guard, LocalHandle};
@@ -266,9 +267,11 @@ tls! {
 }
 
 /// A pin of the crate's collector: a crossbeam `Guard` (which it derefs to), and for a pin taken
-/// during thread teardown the record [`is_pinned`] reads.
+/// during thread teardown the record [`is_pinned`] reads. Its drop runs the work left for the end
+/// of the thread's outermost read ([`after_reads`]) once the thread holds no pin any more.
 pub(crate) struct Pin {
-    guard: Guard,
+    /// Dropped first in `Pin`'s drop, so that the work after the outermost read runs unpinned.
+    guard: ManuallyDrop<Guard>,
     late: bool,
 }
 
@@ -283,9 +286,72 @@ impl core::ops::Deref for Pin {
 impl Drop for Pin {
     #[inline]
     fn drop(&mut self) {
-        if self.late {
-            LATE_PINS.with(|n| n.set(n.get() - 1));
+        // SAFETY: the guard is dropped once, here, and never used again: `self` is being dropped
+        // and the field is not read after this line (I18).
+        unsafe { ManuallyDrop::drop(&mut self.guard) };
+        // One load while there is nothing to do (the hit paths): a `Cell` without a destructor.
+        if UNPIN_DUE.with(Cell::get) {
+            after_unpin(self.late);
         }
+    }
+}
+
+tls! {
+    /// `true` while a pin's drop has work: a pin taken during teardown is held ([`LATE_PINS`]),
+    /// or [`AFTER`] holds work. No destructor: readable at any time.
+    static UNPIN_DUE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A pin's drop when [`UNPIN_DUE`] is set: counts a late pin's end, then runs the work queued for
+/// the end of the outermost read if this was it (and the thread is not unwinding: a job may drop
+/// values, whose panic would abort).
+#[cold]
+#[inline(never)]
+fn after_unpin(late: bool) {
+    if late {
+        LATE_PINS.with(|n| n.set(n.get() - 1));
+    }
+    if !is_pinned() && !std::thread::panicking() {
+        run_after_reads();
+    }
+    let due = LATE_PINS.with(Cell::get) > 0
+        || AFTER.try_with(|a| !a.borrow().is_empty()).unwrap_or(false);
+    let _ = UNPIN_DUE.try_with(|d| d.set(due));
+}
+
+/// Work left for the end of the thread's outermost read, each with the key [`after_reads`]
+/// coalesces by.
+type AfterReads = Vec<(usize, Box<dyn FnOnce()>)>;
+
+tls! {
+    /// Work to run once this thread holds no pin of the crate's collector ([`after_reads`]).
+    static AFTER: RefCell<AfterReads> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `job` on this thread once it holds no pin of the crate's collector: when the pin that
+/// ends its outermost read (a `with_for`, a `for_each`, another rank's `with`) is dropped. If
+/// the thread panics out of the read, or exits first, `job` is dropped unrun; the work it stands
+/// for must then be reachable another way. A job whose `key` equals the last one queued is
+/// dropped at once (it would do the same work). `job` must not unwind.
+pub(crate) fn after_reads(key: usize, job: Box<dyn FnOnce()>) {
+    let queued = AFTER.try_with(|a| {
+        let mut a = a.borrow_mut();
+        if a.last().map_or(true, |&(k, _)| k != key) {
+            a.push((key, job));
+        }
+    });
+    if queued.is_ok() {
+        let _ = UNPIN_DUE.try_with(|d| d.set(true));
+    }
+}
+
+/// The work [`after_reads`] queued, run by the drop of the thread's last pin.
+fn run_after_reads() {
+    let jobs = AFTER
+        .try_with(|a| core::mem::take(&mut *a.borrow_mut()))
+        .unwrap_or_default();
+    for (_, job) in jobs {
+        job(); // may pin, unpin and queue more: those run at the end of that unpin
     }
 }
 
@@ -303,7 +369,10 @@ const PINS_BETWEEN_FLUSHES: u32 = 128;
 pub(crate) fn pin() -> Pin {
     crate::counters::bump!(PINS);
     match HANDLE.try_with(LocalHandle::pin) {
-        Ok(guard) => Pin { guard, late: false },
+        Ok(guard) => Pin {
+            guard: ManuallyDrop::new(guard),
+            late: false,
+        },
         Err(_) => late_pin(),
     }
 }
@@ -312,8 +381,9 @@ pub(crate) fn pin() -> Pin {
 #[cold]
 fn late_pin() -> Pin {
     LATE_PINS.with(|n| n.set(n.get() + 1));
+    UNPIN_DUE.with(|d| d.set(true)); // its drop counts it down
     Pin {
-        guard: COLLECTOR.register().pin(),
+        guard: ManuallyDrop::new(COLLECTOR.register().pin()),
         late: true,
     }
 }

@@ -68,6 +68,11 @@ impl<T> Fifo<T> {
         self.0.as_ref().map_or(0, |q| q.partition_point(pred))
     }
 
+    /// The elements, front first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().flatten()
+    }
+
     /// Every element, front first, leaving the queue empty (and without its buffer).
     pub(crate) fn take_all(&mut self) -> VecDeque<T> {
         self.0.take().unwrap_or_default()

@@ -56,10 +56,10 @@ fn a_scoped_refill_of_a_tombstone_runs_init_unpinned<B: Backend>() {
     assert_eq!(rl.len(), 1, "the tombstone was refilled in place");
 }
 
-/// The slots of values dropped at exit (tombstones) are freed by a sweep once no `iter()` that
-/// may hold them in its snapshot lives: a held iterator keeps them (and only while it lives), and
-/// threads that come and go between iterations leave nothing behind. `iter` itself is O(1)
-/// under the writer lock and never yields a tombstone.
+/// The slots of values dropped at exit (tombstones) are freed once no `iter()` that may hold them
+/// in its snapshot lives: a held iterator keeps the ones its snapshot holds (and only while it
+/// lives; `len` counts them meanwhile), and threads that come and go between iterations leave
+/// nothing behind. `iter` never yields a tombstone.
 fn tombstones_wait_for_a_held_iterator_and_do_not_pile_up<B: Backend>() {
     use std::sync::atomic::AtomicU64;
     let rl = RankLocal::<AtomicU64, B>::new();
@@ -75,10 +75,24 @@ fn tombstones_wait_for_a_held_iterator_and_do_not_pile_up<B: Backend>() {
         visit(&rl);
         assert_eq!(rl.iter().count(), 0, "iter yielded a value dropped at exit");
     }
-    rl.reclaim_exited();
+    rl.reclaim_exited_blocking(); // `len` counts what waits for its grace period
     assert_eq!(rl.len(), 0, "tombstones piled up behind the iterations");
-    visit(&rl);
-    let held = rl.iter(); // its snapshot holds the tombstone
+    // a thread whose value is in a held iterator's snapshot exits: its tombstone waits for it
+    let (touched_tx, touched_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let held = thread::scope(|s| {
+        let rl = &rl;
+        let h = s.spawn(move || {
+            rl.with_own(|v| v.fetch_add(1, SeqCst));
+            touched_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+        });
+        touched_rx.recv().unwrap();
+        let held = rl.iter(); // its snapshot holds the value, then the tombstone
+        go_tx.send(()).unwrap();
+        h.join().unwrap();
+        held
+    });
     rl.reclaim_exited();
     assert_eq!(
         rl.len(),
@@ -86,7 +100,7 @@ fn tombstones_wait_for_a_held_iterator_and_do_not_pile_up<B: Backend>() {
         "a sweep freed a tombstone a live iterator holds"
     );
     assert_eq!(held.count(), 0); // reads the tombstone's state: alive (Miri checks it)
-    rl.reclaim_exited();
+    rl.reclaim_exited_blocking();
     assert_eq!(
         rl.len(),
         0,

@@ -514,9 +514,16 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 }
 
 impl<T: Send, B: Backend> RankLocal<T, B> {
-    /// Number of ranks with an instance not yet freed. A value that its thread's exit dropped
-    /// (see [`with_own`](Self::with_own)) leaves its slot counted until a sweep or a `&mut` call
-    /// frees it (or a first touch of the rank fills it again).
+    /// Number of instances not yet freed: every rank's in the map, and the ones of exited ranks
+    /// that a sweep took out of it and that wait to be dropped — for a grace period (a reader
+    /// may still see them), for a held [`Iter`](crate::Iter) whose snapshot holds them, or for a
+    /// call made outside every scoped read (a first touch inside another `RankLocal`'s
+    /// `with_for` or `for_each` drops nothing). So `len` shows what the map keeps: a dashboard
+    /// built on it sees a leak. A value that its thread's exit dropped (see
+    /// [`with_own`](Self::with_own)) leaves its slot counted until a sweep or a `&mut` call frees
+    /// it (or a first touch of the rank fills it again). Values kept for ranks that exited
+    /// because they were handed out as `&T` are counted here too;
+    /// [`kept_exited`](Self::kept_exited) counts those alone.
     ///
     /// ```
     /// use ranklocal::{on_behalf_of, Rank, RankLocal};
@@ -530,7 +537,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// assert_eq!(rl.len(), 2);
     /// ```
     pub fn len(&self) -> usize {
-        self.core.len()
+        self.core.kept()
     }
 
     /// `true` if no rank has an instance.

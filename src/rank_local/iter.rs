@@ -17,15 +17,22 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// iterator keeps its own snapshot alive by a count, not by an epoch pin, so a long-lived
     /// iterator does not stop reclamation elsewhere in the process.
     ///
-    /// **What it yields is kept.** Each `&T` lives as long as the `RankLocal`, so every instance
-    /// in the snapshot counts as handed out, like one `get` returned: it is kept until `&mut`
-    /// access ([`purge_exited`](Self::purge_exited), [`clear`](Self::clear)) or drop, even after
-    /// its rank exits. A monitor that sums the workers' values with `iter()` therefore stops them
-    /// from being freed; use [`for_each`](Self::for_each), which lends each value to a closure
-    /// and keeps nothing (so does `{:?}`). While any iterator lives, the slots of owner-only
-    /// values dropped at their thread's exit ([`with_own`](Self::with_own)) stay in the map (the
-    /// values are gone; `len` counts the slots): a sweep frees them once no iterator lives, so
-    /// iterators that always overlap, or one that is forgotten, keep them.
+    /// **What it yields is kept.** Each `&T` lives as long as the `RankLocal`, so a value it
+    /// yields counts as handed out, like one `get` returned: it is kept until `&mut` access
+    /// ([`purge_exited`](Self::purge_exited), [`clear`](Self::clear)) or drop, even after its
+    /// rank exits. Only what it yields: the scoped values of ranks that have exited are freed
+    /// first (the snapshot does not hold them), and a value of a rank that exits while the
+    /// iterator is held is skipped if it is freed before the iterator reaches it. So a monitor
+    /// that sums the workers' values with `iter()` keeps the values of the workers it saw alive,
+    /// and nothing of the others; use [`for_each`](Self::for_each), which lends each value to a
+    /// closure and keeps nothing (so does `{:?}`), to keep none at all.
+    ///
+    /// A held iterator keeps only what its snapshot holds: an instance it may still yield that a
+    /// sweep unpublished (or the slot of an owner-only value dropped at its thread's exit, see
+    /// [`with_own`](Self::with_own)) is freed once the iterator is dropped, and counted by
+    /// [`len`](Self::len) until then. Iterators that always overlap, or one that is forgotten,
+    /// keep no more than that: ranks that first touch the map after an iterator was taken are
+    /// freed after their exit as if it did not exist.
     ///
     /// `&RankLocal` is `IntoIterator` too: `for (rank, v) in &rl` is `rl.iter()`.
     ///
@@ -55,12 +62,15 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         T: SyncValue,
     {
         // Under the writer lock the map cannot change (I16) and holds no RECLAIMING instance
-        // (I30). Counting the walk is what marks the snapshot's instances escaped: every one of
-        // them was published at a lower count, so no sweep takes it from now on (I31). O(1)
-        // under the lock, whatever the map holds.
-        Iter {
-            walk: Locked::new(self).walk(),
-        }
+        // (I30). First the exits delivered so far are swept, so the snapshot holds no instance
+        // of a rank known to have exited; then the walk is numbered, and a batch a later sweep
+        // retires waits for it if its snapshot may hold one of its instances (I31). O(k log n)
+        // under the lock for k exits not swept yet, each swept once.
+        let mut w = Locked::new(self);
+        let ready = Self::sweep_before_walk(&mut w);
+        let walk = w.walk();
+        self.free_ready(ready); // outside the lock; the walk holds no pin
+        Iter { walk }
     }
 
     /// Every `(rank, &mut instance)`.

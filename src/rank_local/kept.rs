@@ -5,7 +5,7 @@
 #![deny(unsafe_code)]
 
 use super::init::Access;
-use super::raw::{Locked, Pinned};
+use super::raw::Pinned;
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::identity;
@@ -58,13 +58,11 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// assert!(names.is_empty());
     /// ```
     pub fn kept_exited(&self) -> usize {
-        // An instance published before the last `iter()` counts as handed out (I31); a count
-        // read a moment before the visit misses at most what that moment's `iter` escaped.
-        let walks = Locked::new(self).walks();
+        // `iter()` marks what it yields ESCAPED (I31).
         let mut escaped: Vec<u64> = {
             // The pin covers the snapshot's load and the visit (I33).
             let pin = Pinned::new(self);
-            let handed_out = pin.iter().filter(|i| i.handed_out(walks));
+            let handed_out = pin.iter().filter(|i| i.handed_out());
             handed_out.map(|i| i.rank()).collect()
         };
         identity::retain_exited(&mut escaped);

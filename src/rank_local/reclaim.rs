@@ -64,10 +64,18 @@ impl Sweep {
 }
 
 /// Takes out the batches whose grace period passed, listed as being freed by this thread (`me`)
-/// until [`RankLocal::free_ready`] has freed them.
+/// until [`RankLocal::free_ready`] has freed them, and what a sweep inside a read left in the
+/// limbo (its drain's kept panic goes with the sweep's).
 fn take_ready<T: Send, B: Backend>(w: &mut Locked<'_, T, B>, me: u64, help: bool) -> Ready<T> {
-    let (serials, removed) = w.take_ready();
+    let (serials, mut removed) = w.take_ready();
     w.sweep.freeing.extend(serials.iter().map(|&s| (s, me)));
+    // a drain's kept panic only if none is kept here (else it stays in the limbo: no payload is
+    // dropped under the lock)
+    let (deferred, panic) = w.take_deferred(w.sweep.panic.is_none());
+    removed.extend(deferred);
+    if panic.is_some() {
+        w.sweep.panic = panic;
+    }
     Ready {
         serials,
         removed: Some(removed),
@@ -75,17 +83,19 @@ fn take_ready<T: Send, B: Backend>(w: &mut Locked<'_, T, B>, me: u64, help: bool
     }
 }
 
-/// `true` while a batch with a serial below `upto` is retired, or being freed by a thread other
-/// than `me` — unless `in_drop` (`reclaim_exited_blocking`'s wait, see there).
+/// `true` while a batch with a serial below `upto` waits for its grace period, or is being freed
+/// by a thread other than `me` — unless `in_drop` (`reclaim_exited_blocking`'s wait, see there).
+/// A batch that only waits for a live `Iter` does not hold: an iterator may be held for ever.
 fn holds_before<T: Send, B: Backend>(
     w: &Locked<'_, T, B>,
     upto: u64,
     me: u64,
     in_drop: bool,
 ) -> bool {
-    // the queue is in ascending serial order: its front is the oldest
-    w.oldest_serial().map_or(false, |s| s < upto)
-        || (!in_drop && w.sweep.freeing.iter().any(|&(s, t)| s < upto && t != me))
+    w.graces_before(upto)
+        || (!in_drop
+            && (w.sweep.freeing.iter().any(|&(s, t)| s < upto && t != me)
+                || w.deferred_in_flight()))
 }
 
 /// When [`RankLocal::sweep`] sweeps.
@@ -139,12 +149,24 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// What a scoped first touch frees once it has unpinned: the ready batches its sweep left in
     /// the queue ([`sweep_leaving_ready`](Self::sweep_leaving_ready)), if another thread has not
     /// freed them meanwhile. If the thread is still inside an outer read (the first touch was
-    /// nested in a `with_for`, a `for_each` or another rank's `with`), it takes nothing either
-    /// ([`take_due`](Self::take_due)): the batches wait for the next sweep or reclamation call made
-    /// outside every read.
+    /// nested in a `with_for`, a `for_each` or another rank's `with`), it drops nothing either
+    /// ([`take_due`](Self::take_due)): the batches go to the limbo, which the thread drains when its
+    /// outermost read ends.
     pub(super) fn free_after_unpin(&self) {
         let ready = Self::take_due(&mut Locked::new(self), SweepWhen::Due);
         self.free_ready(ready);
+    }
+
+    /// `iter`'s sweep, under the writer lock `w` just before it takes its snapshot: retires the
+    /// instances of every rank whose exit was delivered (and the tombstones), so the snapshot
+    /// holds none of them and the walk cannot escape them; returns the ready batches, which the
+    /// caller frees after it dropped the lock. O(k log n) for k exits, each swept once.
+    pub(super) fn sweep_before_walk(w: &mut Locked<'_, T, B>) -> Ready<T> {
+        if w.pending() > 0 || w.has_tombs() {
+            crate::counters::bump!(SWEEPS);
+            w.sweep_exited();
+        }
+        Self::take_due(w, SweepWhen::Due)
     }
 
     /// The sweep (I30, I32, I36), under the writer lock `w`: now, or if enough ranks exited (at
@@ -169,7 +191,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let due = tombs
             || pending > 0
                 && (when == SweepWhen::Now
-                    || (pending >= 16 && pending as u64 >= w.rl().len() as u64 / 2));
+                    || (pending >= 16 && pending as u64 >= w.rl().core.len() as u64 / 2));
         if !due {
             return 0;
         }
@@ -184,10 +206,12 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// Takes nothing while this thread holds a pin of the crate's collector (it is inside an outer
     /// scoped read — `with_for`, `for_each`, another rank's `with` — or a lookup): a value's
     /// `Drop` may wait for a grace period, which would wait for that pin, and a `Drop` may call
-    /// `reclaim_exited_blocking`, which refuses to run inside a read. The ready batches stay
-    /// queued for the next sweep or reclamation call made outside every read.
+    /// `reclaim_exited_blocking`, which refuses to run inside a read. The ready batches go to the
+    /// limbo instead, which this thread drains when its outermost read ends, and any call made
+    /// outside every read, on any thread, before that.
     fn take_due(w: &mut Locked<'_, T, B>, when: SweepWhen) -> Ready<T> {
         if w.no_batches() || collector::is_pinned() {
+            w.defer_ready(); // nothing without batches
             return Ready::NONE;
         }
         let mut ready = take_ready(w, identity::own_raw(), false);
@@ -210,7 +234,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let Some(removed) = removed else {
             return;
         };
-        if serials.is_empty() {
+        if removed.len() == 0 {
             return;
         }
         serials.sort_unstable();
@@ -250,9 +274,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// calling this; it is for dropping promptly. Called inside a scoped read on this thread
     /// (inside `with_for`, `for_each` or another rank's `with`), it unpublishes but drops
     /// nothing: a value's `Drop` may wait for a grace period, which would wait for that read; the
-    /// next call outside every read (or a first touch's sweep outside every read) drops them.
-    /// So if every first touch of a `RankLocal` happens inside another read, what its sweeps
-    /// unpublish waits for such a call: make one from time to time. Each value is dropped as its own rank
+    /// end of the outermost read on this thread drops them (or any call outside every read on any
+    /// thread, before that). So a `RankLocal` whose every first touch happens inside another
+    /// read stays bounded too. Each value is dropped as its own rank
     /// ([`RankId::current`](crate::RankId::current) inside `T::drop` is that rank).
     ///
     /// A thread's rank exits when its thread-local destructors run. `std::thread::scope` returns
@@ -306,7 +330,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// panics instead. Called from inside a `T::drop` that this crate runs (a sweep's, a
     /// `clear`'s, ...), it does not wait for values other sweeps are in the middle of dropping
     /// — two such drops on two threads would wait for each other — only for those not being
-    /// dropped yet, which it drops itself if need be.
+    /// dropped yet, which it drops itself if need be. Nor does it wait for an [`Iter`](crate::Iter)
+    /// (which may be held for ever): an instance a live iterator may still yield is dropped once
+    /// that iterator is dropped, by a later sweep or reclamation call, and counted by
+    /// [`len`](Self::len) until then.
     ///
     /// ```
     /// use ranklocal::RankLocal;
@@ -442,7 +469,9 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let n = removed.len();
         // Retired batches go too: `&mut self` excludes every reader (I6, I32).
         removed.extend(self.take_batches_mut());
-        let kept = self.writer_mut().sweep.panic.take();
+        let (deferred, drained) = self.take_deferred_mut(false);
+        removed.extend(deferred);
+        let kept = first_of(self.writer_mut().sweep.panic.take(), drained);
         let panic = removed.drop_all();
         if let Some(p) = first_of(kept, panic) {
             std::panic::resume_unwind(p);
@@ -483,7 +512,10 @@ impl<T, B: Backend> Drop for RankLocal<T, B> {
         let mut removed = self.remove_where_mut(&mut |_| false);
         self.close_inbox();
         removed.extend(self.take_batches_mut());
-        let kept = self.writer_mut().sweep.panic.take();
+        // Later drains do nothing: what a drain took already is its own (I32).
+        let (deferred, drained) = self.take_deferred_mut(true);
+        removed.extend(deferred);
+        let kept = first_of(self.writer_mut().sweep.panic.take(), drained);
         // The uid dies with `self` and is never reused, so cached copies are dead (I4).
         let panic = removed.drop_all();
         if let Some(p) = first_of(kept, panic) {

@@ -279,23 +279,18 @@ pub(super) fn end_linger<T>(p: InstancePtr<T>) {
 
 impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// Takes the tombstones the exit work left (DROPPED → REAPED) into `taken`, for the caller
-    /// to retire (I39) — unless an `Iter` lives: a tombstone published before its walk may be in
-    /// its snapshot, so the list waits for a later sweep (O(1) now; the list is walked once, when
-    /// no iterator lives).
+    /// to retire (I39). A live walk whose snapshot may hold one keeps the batch, not the list:
+    /// the batch waits for that walk (I31), so iterators that always overlap keep no more than
+    /// what their snapshots held.
     pub(super) fn take_tombstones(&mut self, taken: &mut Taken) {
         let Some(gate) = self.w.tracks.gate.clone() else {
             return;
         };
         let mut s = lock(&gate.inner);
-        // Acquire: pairs with a walk's Release decrement (I39).
-        if self.rl().core.iterators.load(Ordering::Acquire) != 0 {
-            return;
-        }
         for rank in core::mem::take(&mut s.tombs) {
             let Some(i) = self.get(rank) else {
                 continue;
             };
-            // no walk lives: a tombstone may go whatever walk count it was published at
             if i.meta().reap() {
                 taken.push(i);
             }

@@ -273,21 +273,13 @@ impl Meta {
 
     /// The sweeper's take of an exited rank's instance (I30, I39): SCOPED → RECLAIMING (its value
     /// is dropped after the grace period) or a DROPPED tombstone → REAPED (only its allocation is
-    /// freed); `false` for anything else, which the sweep leaves. An instance published before
-    /// the `RankLocal`'s walk count reached `walks` may be in an `iter()`'s snapshot: it is
-    /// never taken (a SCOPED one is marked ESCAPED, which it is in effect, I31).
+    /// freed); `false` for anything else, which the sweep leaves. An `iter()` whose snapshot
+    /// holds it yields it only if its own CAS to ESCAPED wins, and the batch waits for that walk
+    /// (I31).
     ///
     /// Memory-safe anywhere (it only moves a state); the sweep calls it under the writer lock,
     /// for exited ranks only (I30, I32, I35, I36), which is what makes the take *right*.
-    pub(super) fn take_for_sweep(&self, walks: u64) -> bool {
-        if self.born() != walks {
-            // Relaxed: under the writer lock a SCOPED state only moves on to ESCAPED or (by the
-            // exit work) not at all; the lock orders it before any later sweep (I30).
-            let _ =
-                self.state
-                    .compare_exchange(SCOPED, ESCAPED, Ordering::Relaxed, Ordering::Relaxed);
-            return false;
-        }
+    pub(super) fn take_for_sweep(&self) -> bool {
         // SeqCst (Relaxed would do for the one-winner property, I30): keeps the argument about
         // readers local.
         self.state
@@ -477,6 +469,10 @@ impl<T> InstancePtr<T> {
     pub(super) unsafe fn free(self) {
         // SAFETY: allocated as a `Box<Instance<T>>` by `alloc` (I5); the caller's contract.
         let mut b = unsafe { Box::from_raw(self.p.as_ptr()) };
+        // Under loom, an unsynchronized write to the state word, as freeing it is: an access by a
+        // thread that did not synchronize with this free is reported (a use after free).
+        #[cfg(loom)]
+        b.meta.state.with_mut(|_| ());
         // Acquire: pairs with the exit work's Release store of DROPPED (I39); no tombstone is
         // EXITING here (the exit work moves the value out under its gate lock, which every
         // path that frees took since, I39).

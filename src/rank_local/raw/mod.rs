@@ -10,11 +10,12 @@
 //! | the live owner ([`LiveOwner`]) | `LiveOwner::new` on the owner's own thread | `Inst<'owner>` of its own rank; its owner cache entries | a live rank's instance is never swept (I35) |
 //! | an escape | [`Inst::escaped`] | [`Escaped`], whose `&'rl T` lasts as long as the `RankLocal` is borrowed | an ESCAPED instance is kept until `&mut` or drop (I31) |
 //! | a held pin ([`Reading`]) | `Reading::new` (`T: Sync + Send`), pinned at its first lookup | `&'reading T` of the map now, SCOPED | as for a pin, held until the reading drops (I32, I33, I40) |
-//! | a walk ([`Walk`]) | [`Locked::walk`] | escaped `&'rl T` of a snapshot | a walk count and a live-iterator count keep sweeps off it (I31, I39) |
+//! | a walk ([`Walk`]) | [`Locked::walk`] | escaped `&'rl T` of a snapshot | a batch retired while the walk lives waits for it if the walk's snapshot may hold one of its instances (I31, I39) |
 //! | an owner guard count ([`Held`], then [`OwnRef`]) | [`RankLocal::own_entry_ref`], [`Inst::own_ref`], [`Inst::lingering_ref`], on the instance's own thread | `&'rl T` while the guard lives | the exit work leaves a counted value to its last guard; an uncounted one is ESCAPED (I31, I41) |
 //! | the gate's free list | a recycling map's exit work or last guard ([`Locked::adopt`] pops it) | the VACANT instance, re-keyed to the adopting rank | only `&mut` and the drop free a recycling map's instances, and `&mut` removals leave the list first (I42) |
 //! | `&mut RankLocal` | the `&mut` methods | [`Removed`], `&mut T` | no other user exists (I6) |
 //! | a grace period | a [`Batch`] whose token the collector set | [`Removed`] | no reader can still see it (I32) |
+//! | the limbo | a sweep inside a read ([`Locked::defer_ready`]) | instances its thread's drain drops at the end of its outermost read | taken out of the batch queue, each taken from the limbo once (I32) |
 //!
 //! What a protection cannot know — that a rank handed to the sweep has exited (I36), that a gate
 //! entry is its thread's own (I39) — is checked here or established by the code that makes the
@@ -27,6 +28,7 @@
 
 mod gate;
 mod instance;
+mod limbo;
 mod own_ref;
 mod reading;
 
@@ -41,7 +43,7 @@ use crate::collector::{self, Pin};
 use crate::erased::Erased;
 use crate::fifo::Fifo;
 use crate::identity::{self, Inbox};
-use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, MutexGuard, Ordering};
+use crate::primitive::{lock, try_lock, Arc, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 use self::gate::Gate;
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
@@ -65,6 +67,7 @@ pub(in crate::rank_local) enum Access {
     /// work unless another access moves it on first (I39).
     Own,
 }
+use self::limbo::Limbo;
 
 /// A panic payload, kept to re-raise at an explicit reclamation call.
 pub(super) type Payload = Box<dyn Any + Send>;
@@ -77,17 +80,25 @@ pub(super) type Payload = Box<dyn Any + Send>;
 unsafe impl<T: Send, B: Backend> Sync for RankLocal<T, B> {}
 
 /// What a `RankLocal` holds that the protections here rely on, private to this module: the map
-/// (I1, I5, I16), the thread-cache key (I4), the count of live walks (I39).
+/// (I1, I5, I16), the thread-cache key (I4), the live walks (I31, I39).
 pub(super) struct Core<T, B: Backend> {
     /// rank → instance (I1, I5).
     map: B::Map,
     /// The thread-cache key (I4); [`cache::NO_UID`] until first used, replaced when an instance
     /// is removed; never 0.
     uid: cache::AtomicUid,
-    /// Walks (`Iter`s) alive (I31, I39): while one is, a tombstone published before it may be in
-    /// its snapshot, and no sweep frees it. Incremented under the writer lock by
-    /// [`Locked::walk`], decremented by the walk's drop.
-    iterators: AtomicUsize,
+    /// The numbers of the walks (`Iter`s) alive, ascending (I31, I39): a batch retired at walk
+    /// count `r` whose oldest instance was published at walk count `b` may be in the snapshot of
+    /// a live walk numbered in `b + 1..=r`, and is not freed while one lives. Pushed under the
+    /// writer lock by [`Locked::walk`] (numbers grow under that lock, so the list stays sorted),
+    /// removed by the walk's drop, on any thread.
+    walking: Mutex<Vec<u64>>,
+    /// Instances a sweep unpublished and nobody freed yet (queued batches, I32): counted by
+    /// `len`, so that what waits for a grace period or a later call shows.
+    retired: AtomicUsize,
+    /// Where a sweep inside a read puts the batches it found ready, for the thread to drop at the
+    /// end of its outermost read (or any call outside every read); made on first use.
+    limbo: Mutex<Option<Arc<Limbo>>>,
     /// `RankLocal::recycling()`: an ended rank's owner-only value stays, for a new rank to adopt
     /// (I42); no exit is watched, so nothing is swept.
     recycling: bool,
@@ -102,7 +113,9 @@ impl<T, B: Backend> Core<T, B> {
         Core {
             map,
             uid: cache::AtomicUid::new(cache::NO_UID),
-            iterators: AtomicUsize::new(0),
+            walking: Mutex::new(Vec::new()),
+            retired: AtomicUsize::new(0),
+            limbo: Mutex::new(None),
             recycling,
             _t: PhantomData,
         }
@@ -114,15 +127,32 @@ impl<T, B: Backend> Core<T, B> {
         Core {
             map,
             uid: cache::AtomicUid::new(cache::NO_UID),
-            iterators: AtomicUsize::new(0),
+            walking: Mutex::new(Vec::new()),
+            retired: AtomicUsize::new(0),
+            limbo: Mutex::new(None),
             recycling,
             _t: PhantomData,
         }
     }
 
-    /// Number of entries.
+    /// Number of entries in the map.
     pub(super) fn len(&self) -> usize {
         B::len(&self.map)
+    }
+
+    /// Number of instances not freed yet: the map's entries, and the ones sweeps unpublished that
+    /// wait for their grace period, for a walk, or for a call that frees them.
+    pub(super) fn kept(&self) -> usize {
+        // The map first: a sweep counts what it retires before it unpublishes it, so a count taken
+        // meanwhile counts it twice rather than not at all. Relaxed: a count, ordering nothing.
+        let in_map = self.len();
+        let limbo = lock(&self.limbo).as_ref().map_or(0, |l| l.kept());
+        in_map + self.retired.load(Ordering::Relaxed) + limbo
+    }
+
+    /// The limbo, if made.
+    fn limbo(&self) -> Option<Arc<Limbo>> {
+        lock(&self.limbo).clone()
     }
 
     /// The ranks with an entry, from one snapshot.
@@ -210,36 +240,35 @@ impl<T> Tracks<T> {
         self.next_serial
     }
 
-    /// The serial of the oldest batch still queued.
-    fn oldest_serial(&self) -> Option<u64> {
-        self.batches.front().map(Batch::serial)
+    /// `true` while a batch with a serial below `upto` waits for its grace period (not for a
+    /// walk: an `Iter` may be held for ever).
+    fn graces_before(&self, upto: u64) -> bool {
+        self.batches
+            .iter()
+            .take_while(|b| b.serial < upto)
+            .any(|b| !b.is_ready())
     }
 
-    /// Takes out the batches whose grace period passed (I32), in amortized O(1) per batch: the
-    /// collector runs deferred closures roughly in the order they were deferred, so the front
-    /// is checked every time and the rest only once the queue has doubled since the last scan.
-    fn take_ready(&mut self) -> Vec<Batch> {
+    /// Takes out the batches whose grace period passed (I32) and that no live walk may hold
+    /// (`walking`, the live walks' numbers, ascending; I31, I39), in amortized O(1) per batch:
+    /// the collector runs deferred closures roughly in the order they were deferred, so the
+    /// front is checked every time and the rest only once the queue has doubled since the last
+    /// scan.
+    fn take_ready(&mut self, walking: &[u64]) -> Vec<Batch> {
+        let free = |b: &Batch| b.is_ready() && !b.held_by(walking);
         let mut out = Vec::new();
-        while self.batches.front().map_or(false, Batch::is_ready) {
+        while self.batches.front().map_or(false, free) {
             out.extend(self.batches.pop_front());
         }
         if self.batches.len() >= self.scan_at {
             crate::counters::bump!(BATCH_SCANS);
-            let (now, later): (VecDeque<Batch>, VecDeque<Batch>) = self
-                .batches
-                .take_all()
-                .into_iter()
-                .partition(Batch::is_ready);
+            let (now, later): (VecDeque<Batch>, VecDeque<Batch>) =
+                self.batches.take_all().into_iter().partition(free);
             out.extend(now);
             self.batches = later.into();
             self.scan_at = (2 * self.batches.len()).max(8);
         }
         out
-    }
-
-    /// The walk count.
-    fn walks(&self) -> u64 {
-        self.walks
     }
 
     /// `true` while tombstones wait for a sweep to unpublish them (I39).
@@ -448,14 +477,10 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
         })
     }
 
-    /// `true` if the instance was handed out as `&T`: ESCAPED, or SCOPED but published before
-    /// an `iter()` took its snapshot (`walks`, I31).
-    pub(super) fn handed_out(self, walks: u64) -> bool {
-        match self.meta.state() {
-            ESCAPED => true,
-            SCOPED => self.meta.born() < walks,
-            _ => false, // owner-only, being reclaimed, or a tombstone
-        }
+    /// `true` if the instance was handed out as `&T`: ESCAPED (an `iter()` marks what it yields,
+    /// I31).
+    pub(super) fn handed_out(self) -> bool {
+        self.meta.state() == ESCAPED
     }
 
     /// The erased pointer, for the gate, the sweep and the cache fills made here.
@@ -625,11 +650,6 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         self.rl
     }
 
-    /// The walk count (I31).
-    pub(super) fn walks(&self) -> u64 {
-        self.w.tracks.walks()
-    }
-
     /// `true` while tombstones wait for a sweep to unpublish them (I39).
     pub(super) fn has_tombs(&self) -> bool {
         self.w.tracks.has_tombs()
@@ -694,17 +714,62 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         self.w.tracks.next_serial()
     }
 
-    /// The serial of the oldest batch still queued.
-    pub(super) fn oldest_serial(&self) -> Option<u64> {
-        self.w.tracks.oldest_serial()
+    /// `true` while a batch with a serial below `upto` waits for its grace period; one that only
+    /// waits for a walk (an `Iter` still alive) does not count.
+    pub(super) fn graces_before(&self, upto: u64) -> bool {
+        self.w.tracks.graces_before(upto)
     }
 
-    /// Takes out the batches whose grace period passed (I32): their serials, and their
-    /// instances to drop after the lock is released.
+    /// For a sweep inside a read (this thread holds a pin): moves the batches whose grace period
+    /// passed and that no live walk may hold to the limbo, which this thread drains at the end of
+    /// its outermost read (I32). Nothing is dropped here.
+    pub(super) fn defer_ready(&mut self) {
+        if self.w.tracks.no_batches() {
+            return;
+        }
+        let (_, removed) = self.take_ready();
+        if removed.len() == 0 {
+            return;
+        }
+        let limbo = lock(&self.rl.core.limbo)
+            .get_or_insert_with(|| Limbo::new::<T>(self.rl as *const _ as usize))
+            .clone();
+        Limbo::defer(&limbo, removed);
+    }
+
+    /// For a call outside every read: what waits in the limbo (to drop after the lock is
+    /// released), and, if `panic`, the `T::drop` panic a drain kept.
+    pub(super) fn take_deferred(&mut self, panic: bool) -> (Removed<T>, Option<Payload>) {
+        let (entries, panic) = self
+            .rl
+            .core
+            .limbo()
+            .map(|l| l.take(false, panic))
+            .unwrap_or_default();
+        (self.rl.removed(entries), panic)
+    }
+
+    /// `true` while another thread's drain drops instances it took from the limbo.
+    pub(super) fn deferred_in_flight(&self) -> bool {
+        self.rl.core.limbo().map_or(false, |l| l.in_flight())
+    }
+
+    /// Takes out the batches whose grace period passed (I32) and that no live walk may hold
+    /// (I31, I39): their serials, and their instances to drop after the lock is released.
     pub(super) fn take_ready(&mut self) -> (Vec<u64>, Removed<T>) {
-        let ready = self.w.tracks.take_ready();
+        let ready = {
+            // Walks end on any thread; the mutex orders a walk's last read of an instance before
+            // the removal of its number, and that before this check (I31, I39).
+            let walking = lock(&self.rl.core.walking);
+            self.w.tracks.take_ready(&walking)
+        };
         let serials = ready.iter().map(Batch::serial).collect();
-        let entries = ready.into_iter().flat_map(|b| b.entries).collect();
+        let entries: Vec<_> = ready.into_iter().flat_map(|b| b.entries).collect();
+        // Relaxed: a count (see `Core::kept`).
+        self.rl
+            .core
+            .retired
+            .fetch_sub(entries.len(), Ordering::Relaxed);
         (serials, self.rl.removed(entries))
     }
 
@@ -838,28 +903,33 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         old
     }
 
-    /// Counts a walk and hands out its snapshot ([`RankLocal::iter`]): every instance in it was
-    /// published at a lower walk count, so no sweep takes it from now on (I31); a tombstone in it
-    /// stays published while the walk lives (I39).
+    /// Numbers a walk, records it as live and hands out its snapshot ([`RankLocal::iter`]):
+    /// every instance in it was published at a lower walk count, and a sweep that unpublishes one
+    /// while the walk lives retires it at this number or later, so its batch waits for the walk
+    /// (I31, I39).
     pub(super) fn walk(mut self) -> Walk<'rl, T, B>
     where
         T: Sync,
     {
         self.w.tracks.walks += 1;
-        // Relaxed: read by sweeps under the writer lock, which orders this increment before them.
-        self.rl.core.iterators.fetch_add(1, Ordering::Relaxed);
+        let n = self.w.tracks.walks;
+        // Under the writer lock: numbers grow, so the list stays sorted; a sweep (under the same
+        // lock) sees the walk from now on.
+        lock(&self.rl.core.walking).push(n);
         Walk {
             inner: B::iter(&self.rl.core.map),
-            live: &self.rl.core.iterators,
+            live: &self.rl.core.walking,
+            n,
             _t: PhantomData,
         }
     }
 
     /// The sweep (I30, I32, I36, I39): takes the instances of the ranks in the sweep's inbox
-    /// (exited ranks: their exits were delivered there, I36) that no `iter()` may hold, SCOPED →
-    /// RECLAIMING or DROPPED → REAPED, and the tombstones exit work left (whether or not their
-    /// exits arrived yet), then unpublishes them all in one write, draws a fresh uid and queues
-    /// them as one batch behind an epoch grace period. Returns how many it retired.
+    /// (exited ranks: their exits were delivered there, I36), SCOPED → RECLAIMING or DROPPED →
+    /// REAPED, and the tombstones exit work left (whether or not their exits arrived yet), then
+    /// unpublishes them all in one write, draws a fresh uid and queues them as one batch behind an
+    /// epoch grace period and the live walks that may hold them (I31). Returns how many it
+    /// retired.
     pub(super) fn sweep_exited(&mut self) -> usize {
         let mut taken = Taken::default();
         if let Some(inbox) = self.w.tracks.inbox.clone() {
@@ -873,26 +943,35 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 
     /// The sweep's take of the exited ranks in `inbox`, into `taken`.
     fn take_exited(&mut self, inbox: &Inbox, taken: &mut Taken) {
-        let walks = self.w.tracks.walks;
         for rank in inbox.take() {
             crate::counters::bump!(WALKED_UNDER_LOCK);
             let Some(i) = self.get(rank) else {
                 continue; // removed by `&mut`, never made, or a repeated exit
             };
             // Its rank has exited (I36), so no live owner reads it without a pin (I35).
-            if i.meta.take_for_sweep(walks) {
+            if i.meta.take_for_sweep() {
                 taken.push(i);
             }
         }
     }
 
     /// Unpublishes what `taken` holds in one write, draws a fresh uid and queues it as one batch
-    /// behind an epoch grace period (I32, I34, I39).
+    /// behind an epoch grace period and the walks alive now that may hold it (I31, I32, I34,
+    /// I39).
     fn retire(&mut self, taken: Taken) {
-        let Taken { ranks, entries } = taken;
+        let Taken {
+            ranks,
+            entries,
+            born,
+        } = taken;
         if entries.is_empty() {
             return;
         }
+        // Counted before it leaves the map (see `Core::kept`). Relaxed: a count.
+        self.rl
+            .core
+            .retired
+            .fetch_add(entries.len(), Ordering::Relaxed);
         let removed = B::remove(&self.rl.core.map, &ranks);
         debug_assert_eq!(removed, entries.len());
         // A fresh uid before retiring: pinned scoped entries keyed by the old one are dead for
@@ -908,6 +987,9 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
             serial: q.next_serial,
             done,
             entries,
+            // a walk numbered `born + 1..=walks` may hold one of them: it started after the
+            // oldest was published and before they were unpublished (here, under the lock)
+            walks: (born, q.walks),
         });
         q.next_serial += 1;
     }
@@ -916,16 +998,29 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
 /// Instances a sweep took (RECLAIMING, or REAPED tombstones) and has not unpublished yet: made and
 /// retired inside [`Locked::sweep_exited`], never outside this module.
 #[must_use = "what a sweep took is retired in the same critical section"]
-#[derive(Default)]
 struct Taken {
     ranks: Vec<u64>,
     entries: Vec<(u64, Erased)>,
+    /// The lowest walk count any of them was published at (I31).
+    born: u64,
+}
+
+impl Default for Taken {
+    fn default() -> Self {
+        Taken {
+            ranks: Vec::new(),
+            entries: Vec::new(),
+            born: u64::MAX,
+        }
+    }
 }
 
 impl Taken {
     fn push<T, B: Backend>(&mut self, i: Inst<'_, '_, T, B>) {
         self.ranks.push(i.rank);
         self.entries.push((i.rank, i.erased()));
+        // A refilled tombstone kept the count of its first publication: a walk since may hold it.
+        self.born = self.born.min(i.meta.born());
     }
 }
 
@@ -937,6 +1032,10 @@ struct Batch {
     serial: u64,
     done: Arc<AtomicBool>,
     entries: Vec<(u64, Erased)>,
+    /// `(b, r)`: its instances were published at walk counts `b` or later and unpublished at
+    /// walk count `r`, so only a walk numbered in `b + 1..=r` may hold one in its snapshot
+    /// (I31, I39).
+    walks: (u64, u64),
 }
 
 impl Batch {
@@ -948,6 +1047,14 @@ impl Batch {
     /// `true` once its grace period passed. Acquire: pairs with the collector's Release store.
     fn is_ready(&self) -> bool {
         self.done.load(Ordering::Acquire)
+    }
+
+    /// `true` if a walk whose number is in `walking` (ascending) may hold one of its instances.
+    fn held_by(&self, walking: &[u64]) -> bool {
+        let (born, retired) = self.walks;
+        // the first live walk numbered above `born`
+        let i = walking.partition_point(|&n| n <= born);
+        walking.get(i).map_or(false, |&n| n <= retired)
     }
 }
 
@@ -971,6 +1078,11 @@ impl<T> Removed<T> {
     /// Adds `other`'s instances.
     pub(super) fn extend(&mut self, other: Removed<T>) {
         self.entries.extend(other.entries);
+    }
+
+    /// The `RankLocal`'s address and the instances, for the limbo.
+    fn into_entries(self) -> (usize, Vec<(u64, Erased)>) {
+        (self.owner, self.entries)
     }
 
     /// Drops every instance, each as its own rank, and returns the first `T::drop` panic after
@@ -1145,15 +1257,27 @@ impl<T, B: Backend> RankLocal<T, B> {
         self.removed(entries)
     }
 
+    /// `&mut` access: what waits in the limbo, and the panic a drain kept; `close` (the drop):
+    /// later drains do nothing (I32).
+    pub(super) fn take_deferred_mut(&mut self, close: bool) -> (Removed<T>, Option<Payload>) {
+        let limbo = crate::primitive::mutex_mut(&mut self.core.limbo).clone();
+        let (entries, panic) = limbo.map(|l| l.take(close, true)).unwrap_or_default();
+        (self.removed(entries), panic)
+    }
+
     /// `&mut` access: every batch the sweep queued, ready or not: no reader exists (I6, I32).
     pub(super) fn take_batches_mut(&mut self) -> Removed<T> {
         let q = &mut crate::primitive::mutex_mut(&mut self.writer).tracks;
-        let entries = q
+        let entries: Vec<_> = q
             .batches
             .take_all()
             .into_iter()
             .flat_map(|b| b.entries)
             .collect();
+        // Relaxed: `&mut self`.
+        self.core
+            .retired
+            .fetch_sub(entries.len(), Ordering::Relaxed);
         self.removed(entries)
     }
 
@@ -1273,14 +1397,16 @@ impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
     }
 }
 
-/// An `iter()`'s walk of one snapshot (made by [`Locked::walk`]): yields the entries it escapes
-/// and lets sweeps free tombstones again once dropped.
+/// An `iter()`'s walk of one snapshot (made by [`Locked::walk`]): yields the entries it escapes;
+/// the batches retired while it lives that its snapshot may hold wait for its drop.
 ///
 /// Covariant in `T`, as `Iter` is: it holds no `&RankLocal<T, _>`, only what it reads.
 pub(super) struct Walk<'rl, T, B: Backend> {
     inner: B::Iter<'rl>,
-    /// The `RankLocal`'s count of live iterators, given back on drop (I39).
-    live: &'rl AtomicUsize,
+    /// The `RankLocal`'s live walks, which this one leaves on drop (I31, I39).
+    live: &'rl Mutex<Vec<u64>>,
+    /// This walk's number.
+    n: u64,
     _t: PhantomData<&'rl T>,
 }
 
@@ -1291,14 +1417,14 @@ impl<'rl, T, B: Backend> Walk<'rl, T, B> {
         loop {
             let (rank, p) = self.inner.next()?;
             let p = InstancePtr::<T>::new(p);
-            // Marked as it is yielded: an owner-only instance moves to ESCAPED unless its
-            // thread's exit work took it first (then it is skipped, I39); the others are kept
-            // already (I31), and the CAS only makes their state say so.
+            // Marked as it is yielded: SCOPED and OWNED move to ESCAPED unless a sweep took it
+            // (RECLAIMING) or its thread's exit work did (a tombstone) first: then it is skipped
+            // (I30, I31, I39).
             // SAFETY:
             // - `meta`: an instance of the walked map in the walk's snapshot: published before
-            //   the walk was counted, so no sweep takes it, and no tombstone of it is freed while
-            //   a walk lives (I31, I39); only `&mut` could free it, which the `'rl` borrow
-            //   excludes;
+            //   the walk was numbered, so a sweep that unpublishes it does so at this walk's
+            //   number or later, and its batch is not freed while this walk is live (I31, I39);
+            //   only `&mut` could free it otherwise, which the `'rl` borrow excludes;
             // - `value`: as just said, and now ESCAPED: kept while the `RankLocal` is borrowed,
             //   never moved out (I31, I39); a `T` of this map (I5, I9).
             let v = unsafe { p.meta().escape().then(|| p.value()) };
@@ -1311,9 +1437,12 @@ impl<'rl, T, B: Backend> Walk<'rl, T, B> {
 
 impl<T, B: Backend> Drop for Walk<'_, T, B> {
     fn drop(&mut self) {
-        // Release: this walk's reads of its snapshot's tombstones happen before a sweep that sees
-        // the count drop (Acquire) frees them (I39).
-        self.live.fetch_sub(1, Ordering::Release);
+        // The mutex orders this walk's reads of its snapshot's instances before the take that no
+        // longer finds its number (I31, I39). O(live walks).
+        let mut live = lock(self.live);
+        if let Ok(i) = live.binary_search(&self.n) {
+            live.remove(i);
+        }
     }
 }
 
