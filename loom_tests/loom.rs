@@ -1534,3 +1534,58 @@ fn m28_held_iterator_while_a_sweep_retires_its_snapshot_epoch() {
         held_iterator_while_a_sweep_retires_its_snapshot::<Epoch>,
     );
 }
+
+/// 29. A recycling map's ended owner reaches for its value again (a late thread-local destructor
+///     calls `get_own` after its exit work made the value VACANT) while a new thread's first
+///     touch adopts it. Exactly one gets it: the late owner claims it back (kept under its rank,
+///     the newcomer builds its own) or the newcomer adopts it (the late owner then builds a new
+///     one); the owner never uses the instance another rank adopted (the guard counts are loom
+///     cells: two threads counting one instance is a causality violation).
+fn late_owner_races_an_adoption<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::recycling());
+    drop(rl.get_own());
+    ranklocal::__loom_exit_thread(); // the value is VACANT now
+    let newcomer = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            ranklocal::__loom_register_thread();
+            let v = rl.get_own_or(|| {
+                let c = Canary::default();
+                c.cell.with_mut(|p| unsafe { *p = 7 });
+                c
+            });
+            let (seen, at) = (v.look(), addr(&*v));
+            drop(v);
+            ranklocal::__loom_exit_thread();
+            (seen, at)
+        })
+    };
+    let mine = rl.get_own_or(|| {
+        let c = Canary::default();
+        c.cell.with_mut(|p| unsafe { *p = 9 });
+        c
+    });
+    let (my_seen, my_at) = (mine.look(), addr(&*mine));
+    drop(mine);
+    let (seen, at) = newcomer.join().unwrap();
+    // 1: the late owner claimed its value back; 2: the newcomer adopted it; 4: the newcomer
+    // adopted it and ended, then the late owner's first touch adopted it in turn (one after the
+    // other: two ranks using it at once would race on its guard count)
+    match (my_seen, seen) {
+        (5, 7) => outcome(1),
+        (9, 5) => outcome(2),
+        (5, 5) if my_at == at => outcome(4),
+        other => panic!("unexpected values: {other:?}"),
+    }
+}
+
+#[test]
+fn m29_late_owner_races_an_adoption_epoch() {
+    model(
+        "m29 a late owner races an adoption of its value (epoch)",
+        788,
+        0b11,
+        late_owner_races_an_adoption::<Epoch>,
+    );
+}

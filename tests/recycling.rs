@@ -25,6 +25,7 @@ common::backend_tests! {
     never_adopted_while_an_own_ref_lives,
     new_never_hands_a_value_on,
     mut_access_takes_ended_values_off_the_free_list,
+    a_late_destructor_claims_its_value_back,
 }
 
 const THREADS: usize = if cfg!(miri) { 4 } else { 2_000 };
@@ -307,4 +308,45 @@ fn mut_access_takes_ended_values_off_the_free_list<B: Backend>() {
     assert_eq!(run(&rl, 4), 3, "the ended value was not adopted");
     drop(rl);
     assert_eq!(drops.load(SeqCst), 3, "dropped twice or leaked");
+}
+
+/// An ended thread's late thread-local destructor reaches for its value after the exit work made
+/// it adoptable: it gets its own value back (kept under its rank), and a later thread builds its
+/// own instead of adopting it.
+fn a_late_destructor_claims_its_value_back<B: Backend>() {
+    struct Late(RefCell<Option<Box<dyn FnOnce()>>>);
+    impl Drop for Late {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    thread_local! {
+        static LATE: Late = const { Late(RefCell::new(None)) };
+    }
+    let rl: &'static RankLocal<Cell<u32>, B> = common::leak(RankLocal::recycling());
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        LATE.with(|_| ()); // registered before the crate's exit hook: runs after it
+        rl.get_own_or(|| Cell::new(1)).set(5);
+        LATE.with(|l| {
+            *l.0.borrow_mut() = Some(Box::new(move || {
+                let v = rl.get_own_or(|| Cell::new(0)).get();
+                tx.send(v).unwrap();
+            }))
+        });
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(60)).unwrap(),
+        5,
+        "the late destructor did not get its own value"
+    );
+    let seen = thread::spawn(move || rl.get_own_or(|| Cell::new(2)).get())
+        .join()
+        .unwrap();
+    assert_eq!(seen, 2, "adopted a value its ended owner claimed back");
+    assert_eq!(rl.len(), 2);
 }

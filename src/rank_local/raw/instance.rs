@@ -40,6 +40,9 @@ pub(super) const LINGERING: usize = 7;
 /// waiting in the gate's free list for a new rank to adopt it (I42). Readers treat it as OWNED:
 /// one that reaches it moves it on (then it is kept under its rank and never adopted).
 pub(super) const VACANT: usize = 8;
+/// Transient: a first touch is adopting a VACANT instance for another rank (I42); readers treat
+/// it as gone, and the owner-only family of the ended rank no longer reaches it.
+pub(super) const ADOPTING: usize = 9;
 
 /// The offset of `Meta::guards` while the exit work has not left the drop to the guards: the
 /// cell holds `NOT_LINGERING + count`, and the exit work that defers the drop subtracts it, so
@@ -75,6 +78,10 @@ pub(super) struct Meta {
     /// before publication: the sweep reads it under the writer lock, `kept_exited` under a pin
     /// after the Acquire load that found the instance.
     born: AtomicU64,
+    /// The rank that owns the instance (I42): its key's rank, until an adoption re-keys it.
+    /// Written before publication, or by the adoption while ADOPTING; read after an Acquire of
+    /// the state (or a successful CAS of it) that follows that write.
+    owner: AtomicU64,
     /// Owner-only, touched only by the instance's own OS thread (I41): the count of its live
     /// counted guards, plus [`NOT_LINGERING`] until the exit work left the drop to the last one.
     guards: OwnerCell<usize>,
@@ -161,14 +168,30 @@ impl Meta {
             .is_ok()
     }
 
-    /// VACANT → `to`, for the first touch that adopts the value (I42); `false` if a reader moved
-    /// it on first.
-    pub(super) fn adopt(&self, to: usize) -> bool {
+    /// VACANT → ADOPTING → `to`, recording `owner` in between, for the first touch that adopts
+    /// the value for `owner` (I42); `false` if a reader moved it on first.
+    pub(super) fn adopt(&self, to: usize, owner: u64) -> bool {
         // SeqCst: as `begin_exit` (I39); the value and the owner-only cells were handed over by
         // the gate lock (I42).
-        self.state
-            .compare_exchange(VACANT, to, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
+        if self
+            .state
+            .compare_exchange(VACANT, ADOPTING, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Relaxed: published by the Release store below; while ADOPTING nobody uses the value.
+        self.owner.store(owner, Ordering::Relaxed);
+        // Release: a reader whose Acquire load (or CAS) sees `to` sees the new owner.
+        self.state.store(to, Ordering::Release);
+        true
+    }
+
+    /// The rank that owns the instance (I42). Relaxed: read after an Acquire of the state (or a
+    /// successful CAS of it), which ordered the adoption's write before it.
+    #[inline]
+    pub(super) fn owner(&self) -> u64 {
+        self.owner.load(Ordering::Relaxed)
     }
 
     /// LINGERING → EXITING, for the last guard's drop (I41); `false` if the value was kept since
@@ -323,12 +346,13 @@ impl<T> Copy for InstancePtr<T> {}
 impl<T> InstancePtr<T> {
     /// A fresh instance of `value` in state `state`, not yet published (I1), published at the
     /// walk count `born` (I31).
-    pub(super) fn alloc(value: T, state: usize, born: u64) -> Self {
+    pub(super) fn alloc(value: T, state: usize, born: u64, owner: u64) -> Self {
         let p = Erased::new(Box::new(Instance {
             value: ManuallyDrop::new(value),
             meta: Meta {
                 state: AtomicUsize::new(state),
                 born: AtomicU64::new(born),
+                owner: AtomicU64::new(owner),
                 guards: OwnerCell::new(NOT_LINGERING),
                 linger: OwnerCell::new(Linger { gate: 0, rank: 0 }),
             },

@@ -378,7 +378,10 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
         if self.rank != identity::own_raw() {
             return None;
         }
-        self.escape_any()
+        let e = self.escape_any()?;
+        // Still this thread's: not adopted by another rank since its lookup (I42; the CAS above
+        // ordered an adoption's owner write before this read).
+        (self.meta.owner() == self.rank).then_some(e)
     }
 
     #[inline]
@@ -408,7 +411,10 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
         if self.rank != identity::own_raw() {
             return None;
         }
-        self.scope_any()
+        let v = self.scope_any()?;
+        // Still this thread's: not adopted by another rank since its lookup (I42; the state load
+        // or CAS above ordered an adoption's owner write before this read).
+        (self.meta.owner() == self.rank).then_some(v)
     }
 
     #[inline]
@@ -429,7 +435,8 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
             return None; // not this thread's own: only `scope`/`escape` may use it
         }
         let st = self.meta.state();
-        if !matches!(st, SCOPED | ESCAPED | OWNED) {
+        // ... and still this thread's: not adopted by another rank since its lookup (I42).
+        if !matches!(st, SCOPED | ESCAPED | OWNED) || self.meta.owner() != self.rank {
             return None;
         }
         // SAFETY: alive for `'g`; SCOPED or ESCAPED (never moved out), or OWNED, whose value
@@ -448,6 +455,9 @@ impl<'g, 'rl, T, B: Backend> Inst<'g, 'rl, T, B> {
         }
         if !matches!(self.meta.state(), OWNED | LINGERING) {
             self.escape_any()?;
+        }
+        if self.meta.owner() != self.rank {
+            return None; // adopted by another rank since its lookup (I42)
         }
         // SAFETY: this thread's own instance (checked above), so this thread alone touches its
         // guard count (I41). The count keeps the value in place for `'rl`: an OWNED instance is in
@@ -687,7 +697,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
                 Access::Own if own => OWNED,
                 _ => SCOPED,
             };
-            if !i.meta.adopt(to) {
+            if !i.meta.adopt(to, rank) {
                 continue; // a reader moved it on: kept under its rank (I42)
             }
             B::remove(&self.rl.core.map, &[old]);
@@ -865,7 +875,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
             None
         };
         let Some(old) = old else {
-            let p = InstancePtr::alloc(value, state, self.w.tracks.walks);
+            let p = InstancePtr::alloc(value, state, self.w.tracks.walks, rank);
             B::insert(&self.rl.core.map, rank, p.erased());
             // The instance just inserted, not looked up again: one map descent less per first
             // touch.
