@@ -253,23 +253,25 @@ pub(crate) fn flush_retirer() {
 }
 
 /// `true` while this thread holds a pin of the crate's collector (a scoped read that is not the
-/// live owner's, a `for_each`, a lookup in progress), also during thread teardown.
+/// live owner's, a `for_each`, a lookup in progress, a held reader), also during thread teardown.
 pub(crate) fn is_pinned() -> bool {
     (registered() && HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false))
-        || LATE_PINS.with(Cell::get) > 0
+        || COUNTED_PINS.with(Cell::get) > 0
 }
 
 tls! {
-    /// Pins this thread took through a temporary participant, its own being gone (thread
-    /// teardown): `is_pinned` cannot ask that participant. No destructor: readable at any time.
-    static LATE_PINS: Cell<usize> = const { Cell::new(0) };
+    /// Pins of this thread that [`is_pinned`] cannot ask its participant about: pins taken through
+    /// a temporary participant, its own being gone (thread teardown), and held pins ([`pin_held`]),
+    /// which may outlive its own (a reader kept in a thread-local that is destroyed after
+    /// `HANDLE`). No destructor: readable at any time.
+    static COUNTED_PINS: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A pin of the crate's collector: a crossbeam `Guard` (which it derefs to), and for a pin taken
-/// during thread teardown the record [`is_pinned`] reads.
+/// during thread teardown or held across calls the record [`is_pinned`] reads.
 pub(crate) struct Pin {
     guard: Guard,
-    late: bool,
+    counted: bool,
 }
 
 impl core::ops::Deref for Pin {
@@ -283,8 +285,8 @@ impl core::ops::Deref for Pin {
 impl Drop for Pin {
     #[inline]
     fn drop(&mut self) {
-        if self.late {
-            LATE_PINS.with(|n| n.set(n.get() - 1));
+        if self.counted {
+            COUNTED_PINS.with(|n| n.set(n.get() - 1));
         }
     }
 }
@@ -303,7 +305,10 @@ const PINS_BETWEEN_FLUSHES: u32 = 128;
 pub(crate) fn pin() -> Pin {
     crate::counters::bump!(PINS);
     match HANDLE.try_with(LocalHandle::pin) {
-        Ok(guard) => Pin { guard, late: false },
+        Ok(guard) => Pin {
+            guard,
+            counted: false,
+        },
         Err(_) => late_pin(),
     }
 }
@@ -311,11 +316,23 @@ pub(crate) fn pin() -> Pin {
 /// [`pin`] during thread teardown, once `HANDLE` is gone.
 #[cold]
 fn late_pin() -> Pin {
-    LATE_PINS.with(|n| n.set(n.get() + 1));
+    COUNTED_PINS.with(|n| n.set(n.get() + 1));
     Pin {
         guard: COLLECTOR.register().pin(),
-        late: true,
+        counted: true,
     }
+}
+
+/// A pin held across calls (a reader's): [`is_pinned`] counts it for as long as it lives, even
+/// once this thread's participant is gone (a reader kept in a thread-local destroyed after it:
+/// a `reclaim_exited_blocking` there must still see that it would wait for its own thread).
+pub(crate) fn pin_held() -> Pin {
+    let mut pin = pin();
+    if !pin.counted {
+        COUNTED_PINS.with(|n| n.set(n.get() + 1));
+        pin.counted = true;
+    }
+    pin
 }
 
 /// Counts a pin a slow path made (a first touch, a scoped lookup that missed the thread cache, a
