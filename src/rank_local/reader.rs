@@ -6,7 +6,7 @@
 use core::fmt;
 
 use super::raw::Reading;
-use super::RankLocal;
+use super::{RankLocal, SyncValue};
 use crate::backend::{Backend, Epoch};
 use crate::identity::RankId;
 
@@ -52,7 +52,7 @@ pub struct Reader<'a, T, B: Backend = Epoch> {
     raw: Reading<'a, T, B>,
 }
 
-impl<T: Sync + Send, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// A [`Reader`] of this `RankLocal`: lookups of any rank under one pin, for a batch of them.
     ///
     /// ```
@@ -65,7 +65,10 @@ impl<T: Sync + Send, B: Backend> RankLocal<T, B> {
     /// assert_eq!(reader.get_for(job.id()).map(String::as_str), Some("job"));
     /// ```
     #[must_use]
-    pub fn pin(&self) -> Reader<'_, T, B> {
+    pub fn pin(&self) -> Reader<'_, T, B>
+    where
+        T: SyncValue,
+    {
         Reader {
             raw: Reading::new(self),
         }
