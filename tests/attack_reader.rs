@@ -65,7 +65,10 @@ fn a_blocking_reclaim_in_teardown_under_a_held_reader_panics_instead_of_waiting<
         });
     });
     match rx.recv_timeout(DEADLOCK) {
-        Ok(Err(msg)) => assert!(msg.contains("reclaim_exited_blocking"), "unclear panic: {msg}"),
+        Ok(Err(msg)) => assert!(
+            msg.contains("reclaim_exited_blocking") && msg.contains("Reader"),
+            "unclear panic: {msg}"
+        ),
         Ok(Ok(n)) => panic!("reclaim_exited_blocking returned {n} while its own thread's reader held the values"),
         Err(_) => panic!(
             "deadlock: reclaim_exited_blocking, in a thread-local's drop under a reader held by the \

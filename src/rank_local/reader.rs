@@ -27,8 +27,10 @@ use crate::identity::RankId;
 /// of every `RankLocal` in the process — wait for it before they are dropped (the thread holds
 /// an epoch pin), and a [`reclaim_exited_blocking`](RankLocal::reclaim_exited_blocking) on the
 /// same thread panics instead of waiting for itself; so keep a reader for a batch of lookups, not
-/// for the life of a thread. Other threads never wait for it, and a first touch made while it is
-/// held (on any thread, any rank) neither blocks nor drops a value inside it.
+/// for the life of a thread. On other threads only a `reclaim_exited_blocking` waits for it (it
+/// returns once the reader is dropped; a reader leaked with `mem::forget` keeps it waiting, as a
+/// forgotten epoch guard would); a first touch made while it is held (on any thread, any rank)
+/// neither blocks nor drops a value inside it.
 ///
 /// ```
 /// use ranklocal::{on_behalf_of, Rank, RankLocal};
