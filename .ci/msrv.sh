@@ -21,6 +21,9 @@ cp -r build.rs src tests README.md "$work/"
 cp papers/design.md "$work/papers/"
 # the package's manifest without the [workspace] table (the last one in the file)
 awk '/^\[workspace\]$/ { exit } { print }' Cargo.toml >"$work/Cargo.toml"
+# an empty [workspace] of its own: the copy lives under target/, inside the real workspace's
+# directory, and cargo would otherwise take it for an unlisted member of that workspace and stop
+printf '\n[workspace]\n' >>"$work/Cargo.toml"
 cd "$work"
 if [ "${1:-}" = "--update" ]; then
     rm -f Cargo.lock

@@ -254,25 +254,29 @@ pub(crate) fn flush_retirer() {
 }
 
 /// `true` while this thread holds a pin of the crate's collector (a scoped read that is not the
-/// live owner's, a `for_each`, a lookup in progress), also during thread teardown.
+/// live owner's, a `for_each`, a lookup in progress, a held reader), also during thread teardown.
 pub(crate) fn is_pinned() -> bool {
     (registered() && HANDLE.try_with(LocalHandle::is_pinned).unwrap_or(false))
-        || LATE_PINS.with(Cell::get) > 0
+        || COUNTED_PINS.with(Cell::get) > 0
 }
 
 tls! {
-    /// Pins this thread took through a temporary participant, its own being gone (thread
-    /// teardown): `is_pinned` cannot ask that participant. No destructor: readable at any time.
-    static LATE_PINS: Cell<usize> = const { Cell::new(0) };
+    /// Pins of this thread that [`is_pinned`] cannot ask its participant about: pins taken through
+    /// a temporary participant, its own being gone (thread teardown), and held pins ([`pin_held`]),
+    /// which may outlive its own (a reader kept in a thread-local that is destroyed after
+    /// `HANDLE`). No destructor: readable at any time.
+    static COUNTED_PINS: Cell<usize> = const { Cell::new(0) };
 }
 
 /// A pin of the crate's collector: a crossbeam `Guard` (which it derefs to), and for a pin taken
-/// during thread teardown the record [`is_pinned`] reads. Its drop runs the work left for the end
-/// of the thread's outermost read ([`after_reads`]) once the thread holds no pin any more.
+/// during thread teardown or held across calls the record [`is_pinned`] reads. Its drop runs the
+/// work left for the end of the thread's outermost read ([`after_reads`]) once the thread holds no
+/// pin any more.
 pub(crate) struct Pin {
     /// Dropped first in `Pin`'s drop, so that the work after the outermost read runs unpinned.
     guard: ManuallyDrop<Guard>,
-    late: bool,
+    /// Counted in [`COUNTED_PINS`] (a late or a held pin).
+    counted: bool,
 }
 
 impl core::ops::Deref for Pin {
@@ -291,30 +295,30 @@ impl Drop for Pin {
         unsafe { ManuallyDrop::drop(&mut self.guard) };
         // One load while there is nothing to do (the hit paths): a `Cell` without a destructor.
         if UNPIN_DUE.with(Cell::get) {
-            after_unpin(self.late);
+            after_unpin(self.counted);
         }
     }
 }
 
 tls! {
-    /// `true` while a pin's drop has work: a pin taken during teardown is held ([`LATE_PINS`]),
+    /// `true` while a pin's drop has work: a counted pin is held ([`COUNTED_PINS`]),
     /// or [`AFTER`] holds work. No destructor: readable at any time.
     static UNPIN_DUE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// A pin's drop when [`UNPIN_DUE`] is set: counts a late pin's end, then runs the work queued for
+/// A pin's drop when [`UNPIN_DUE`] is set: counts a counted pin's end, then runs the work queued for
 /// the end of the outermost read if this was it (and the thread is not unwinding: a job may drop
 /// values, whose panic would abort).
 #[cold]
 #[inline(never)]
-fn after_unpin(late: bool) {
-    if late {
-        LATE_PINS.with(|n| n.set(n.get() - 1));
+fn after_unpin(counted: bool) {
+    if counted {
+        COUNTED_PINS.with(|n| n.set(n.get() - 1));
     }
     if !is_pinned() && !std::thread::panicking() {
         run_after_reads();
     }
-    let due = LATE_PINS.with(Cell::get) > 0
+    let due = COUNTED_PINS.with(Cell::get) > 0
         || AFTER.try_with(|a| !a.borrow().is_empty()).unwrap_or(false);
     let _ = UNPIN_DUE.try_with(|d| d.set(due));
 }
@@ -371,7 +375,7 @@ pub(crate) fn pin() -> Pin {
     match HANDLE.try_with(LocalHandle::pin) {
         Ok(guard) => Pin {
             guard: ManuallyDrop::new(guard),
-            late: false,
+            counted: false,
         },
         Err(_) => late_pin(),
     }
@@ -380,12 +384,25 @@ pub(crate) fn pin() -> Pin {
 /// [`pin`] during thread teardown, once `HANDLE` is gone.
 #[cold]
 fn late_pin() -> Pin {
-    LATE_PINS.with(|n| n.set(n.get() + 1));
+    COUNTED_PINS.with(|n| n.set(n.get() + 1));
     UNPIN_DUE.with(|d| d.set(true)); // its drop counts it down
     Pin {
         guard: ManuallyDrop::new(COLLECTOR.register().pin()),
-        late: true,
+        counted: true,
     }
+}
+
+/// A pin held across calls (a reader's): [`is_pinned`] counts it for as long as it lives, even
+/// once this thread's participant is gone (a reader kept in a thread-local destroyed after it:
+/// a `reclaim_exited_blocking` there must still see that it would wait for its own thread).
+pub(crate) fn pin_held() -> Pin {
+    let mut pin = pin();
+    if !pin.counted {
+        COUNTED_PINS.with(|n| n.set(n.get() + 1));
+        UNPIN_DUE.with(|d| d.set(true)); // its drop counts it down
+        pin.counted = true;
+    }
+    pin
 }
 
 /// Counts a pin a slow path made (a first touch, a scoped lookup that missed the thread cache, a

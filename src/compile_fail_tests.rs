@@ -377,4 +377,17 @@ pub struct IterIsSendWhenTIsSync;
 /// assert_eq!(*v, 1);
 /// drop(reader);
 /// ```
+///
+/// A reader of a `RankLocal` whose value is not `Sync` (a `Cell`) is rejected by the bound the
+/// other rank-aware methods carry ([`SyncValue`](crate::SyncValue)), so the compiler's error names
+/// the owner-only methods that fit (not "the method `pin` exists but its trait bounds were not
+/// satisfied"):
+/// ```compile_fail,E0277
+/// let rl = ranklocal::RankLocal::<std::cell::Cell<u32>>::new();
+/// let _reader = rl.pin();
+/// ```
+/// ```
+/// let rl = ranklocal::RankLocal::<std::sync::atomic::AtomicU32>::new();
+/// let _reader = rl.pin();
+/// ```
 pub struct ReaderStaysOnItsThread;

@@ -251,8 +251,8 @@ fn a_blocking_reclaim_under_a_held_reader_panics_instead_of_waiting<B: Backend>(
             &*r.expect_err("reclaim_exited_blocking did not panic under a held reader"),
         );
         assert!(
-            msg.contains("reclaim_exited_blocking"),
-            "unclear panic: {msg}"
+            msg.contains("reclaim_exited_blocking") && msg.contains("Reader"),
+            "unclear panic (it must name the reader it would wait for): {msg}"
         );
         assert_eq!(v.value(), 0);
         drop(reader);

@@ -6,7 +6,7 @@
 use core::fmt;
 
 use super::raw::Reading;
-use super::RankLocal;
+use super::{RankLocal, SyncValue};
 use crate::backend::{Backend, Epoch};
 use crate::identity::RankId;
 
@@ -27,8 +27,10 @@ use crate::identity::RankId;
 /// of every `RankLocal` in the process — wait for it before they are dropped (the thread holds
 /// an epoch pin), and a [`reclaim_exited_blocking`](RankLocal::reclaim_exited_blocking) on the
 /// same thread panics instead of waiting for itself; so keep a reader for a batch of lookups, not
-/// for the life of a thread. Other threads never wait for it, and a first touch made while it is
-/// held (on any thread, any rank) neither blocks nor drops a value inside it.
+/// for the life of a thread. On other threads only a `reclaim_exited_blocking` waits for it (it
+/// returns once the reader is dropped; a reader leaked with `mem::forget` keeps it waiting, as a
+/// forgotten epoch guard would); a first touch made while it is held (on any thread, any rank)
+/// neither blocks nor drops a value inside it.
 ///
 /// ```
 /// use ranklocal::{on_behalf_of, Rank, RankLocal};
@@ -52,7 +54,7 @@ pub struct Reader<'a, T, B: Backend = Epoch> {
     raw: Reading<'a, T, B>,
 }
 
-impl<T: Sync + Send, B: Backend> RankLocal<T, B> {
+impl<T: Send, B: Backend> RankLocal<T, B> {
     /// A [`Reader`] of this `RankLocal`: lookups of any rank under one pin, for a batch of them.
     ///
     /// ```
@@ -65,7 +67,10 @@ impl<T: Sync + Send, B: Backend> RankLocal<T, B> {
     /// assert_eq!(reader.get_for(job.id()).map(String::as_str), Some("job"));
     /// ```
     #[must_use]
-    pub fn pin(&self) -> Reader<'_, T, B> {
+    pub fn pin(&self) -> Reader<'_, T, B>
+    where
+        T: SyncValue,
+    {
         Reader {
             raw: Reading::new(self),
         }

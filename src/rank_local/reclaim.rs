@@ -325,9 +325,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     ///
     /// It waits for the readers that may still see those instances (delegates inside
     /// [`with_for`](Self::with_for) or another rank's [`with`](Self::with), [`for_each`](Self::for_each),
-    /// on any `RankLocal`) to leave their closures, so it blocks for as long as the longest such
-    /// read. Called from inside such a read on this thread it would wait for itself, so it
-    /// panics instead. Called from inside a `T::drop` that this crate runs (a sweep's, a
+    /// on any `RankLocal`) to leave their closures, and for every [`Reader`](crate::Reader) that
+    /// has made a lookup to be dropped, so it blocks for as long as the longest such read. Called
+    /// from inside such a read, or while such a reader lives, on this thread it would wait for
+    /// itself, so it panics instead. Called from inside a `T::drop` that this crate runs (a sweep's, a
     /// `clear`'s, ...), it does not wait for values other sweeps are in the middle of dropping
     /// — two such drops on two threads would wait for each other — only for those not being
     /// dropped yet, which it drops itself if need be. Nor does it wait for an [`Iter`](crate::Iter)
@@ -365,15 +366,17 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     ///
     /// # Panics
     /// If called while this thread holds a pin of the crate's collector — inside `with_for`,
-    /// `for_each` or another rank's `with` — and as [`reclaim_exited`](Self::reclaim_exited)
+    /// `for_each` or another rank's `with`, or while a `Reader` of this thread that has made a
+    /// lookup lives — and as [`reclaim_exited`](Self::reclaim_exited)
     /// if a `T::drop` panicked.
     #[track_caller]
     pub fn reclaim_exited_blocking(&self) -> usize {
         assert!(
             !collector::is_pinned(),
             "ranklocal: reclaim_exited_blocking called inside a scoped read (with_for, for_each, \
-             or with for another rank) on this thread: it would wait for that read to end; call \
-             it after the closure returns"
+             or with for another rank) or while a Reader (RankLocal::pin) lives on this thread: \
+             it would wait for that read to end; call it after the closure returns or the reader \
+             is dropped"
         );
         let (n, upto) = {
             let mut w = Locked::new(self);

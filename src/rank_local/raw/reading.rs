@@ -48,10 +48,11 @@ impl<'rl, T, B: Backend> Reading<'rl, T, B> {
     }
 }
 
-/// The held pin, taken by the first lookup; counted as a slow path's (its periodic flush).
+/// The held pin, taken by the first lookup; counted as a slow path's (its periodic flush), and
+/// as held, so that this thread counts as pinned while it lives, also in thread teardown (I40).
 #[cold]
 fn pin_now() -> Pin {
-    let pin = collector::pin();
+    let pin = collector::pin_held();
     collector::count_pin(&pin);
     pin
 }
