@@ -240,13 +240,16 @@ impl<T> Tracks<T> {
         self.next_serial
     }
 
-    /// `true` while a batch with a serial below `upto` waits for its grace period (not for a
-    /// walk: an `Iter` may be held for ever).
-    fn graces_before(&self, upto: u64) -> bool {
+    /// `true` while a batch with a serial below `upto` is queued, unless it only waits for a
+    /// walk (ready, but a live `Iter` in `walking` may hold it: an `Iter` may be held for ever).
+    /// A batch that became ready since the caller's [`take_ready`](Self::take_ready) (the
+    /// collector marks batches ready without the writer lock) still holds: the caller takes it
+    /// next round.
+    fn graces_before(&self, upto: u64, walking: &[u64]) -> bool {
         self.batches
             .iter()
             .take_while(|b| b.serial < upto)
-            .any(|b| !b.is_ready())
+            .any(|b| !(b.is_ready() && b.held_by(walking)))
     }
 
     /// Takes out the batches whose grace period passed (I32) and that no live walk may hold
@@ -727,7 +730,8 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// `true` while a batch with a serial below `upto` waits for its grace period; one that only
     /// waits for a walk (an `Iter` still alive) does not count.
     pub(super) fn graces_before(&self, upto: u64) -> bool {
-        self.w.tracks.graces_before(upto)
+        let walking = lock(&self.rl.core.walking);
+        self.w.tracks.graces_before(upto, &walking)
     }
 
     /// For a sweep inside a read (this thread holds a pin): moves the batches whose grace period
