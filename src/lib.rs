@@ -173,12 +173,14 @@
 //!   [#78](https://github.com/Amanieu/thread_local-rs/issues/78)/[#79](https://github.com/Amanieu/thread_local-rs/issues/79)).
 //!   Other threads reach the values only by iterating. `ranklocal` keys instances by a
 //!   [`RankId`] that is never reused, lets another thread act as a rank, and drops the instances
-//!   of exited ranks with `purge_exited`; its owner lookup costs about the same. Porting: its
-//!   `get` (an `Option`, never creating) is [`try_get`](RankLocal::try_get) here, where `get`
-//!   creates; `get_or`, `get_or_default`, `iter`, `iter_mut` and `clear` map one to one (the
-//!   iterators yield `(RankId, value)`); `RefCell` becomes `Mutex` and `Cell` an atomic, since
-//!   values must be `Sync`. The README's [migration section][migration] has the full mapping and
-//!   the compiler errors a mechanical port meets.
+//!   of exited ranks with `purge_exited`; its owner lookup costs about the same. Porting:
+//!   `ThreadLocal::new()` is [`RankLocal::recycling`] (the same lifecycle: values outlive their
+//!   thread and a new thread adopts them); `get_or` is [`get_own_or`](RankLocal::get_own_or)
+//!   (`get_or` for a `Sync` value), and its `get` (an `Option`, never creating) is
+//!   [`try_get_own`](RankLocal::try_get_own) (`try_get` for a `Sync` value), where `get`
+//!   creates; `iter_mut`, `into_iter` and `clear` map one to one (the iterators yield
+//!   `(RankId, value)`); a `RefCell` or `Cell` value stays one with the owner-only family. The
+//!   [user guide][migration] has the full mapping and the compiler errors a port meets.
 //! - **C++ `c10d::RankLocal<T>`** (the original): a `thread_local` pointer cache in front of a
 //!   global `std::shared_mutex` + `unordered_map`, with three flaws (see [`design`]): the cache is
 //!   checked before the delegation context, so a thread that touched its own instance returns
@@ -205,7 +207,7 @@
 //!
 //! [results]: https://github.com/ranklocal/ranklocal/blob/main/papers/results.md
 //! [ranks-tests]: https://github.com/ranklocal/ranklocal/blob/main/tests/ranks.rs
-//! [migration]: https://github.com/ranklocal/ranklocal#migrating-from-the-thread_local-crate-or-stds-thread_local
+//! [migration]: https://github.com/ranklocal/ranklocal/blob/main/papers/guide.md#7-porting-in-full
 //! [`thread_local`]: https://docs.rs/thread_local
 //! [`arc-swap`]: https://docs.rs/arc-swap
 //! [`left-right`]: https://docs.rs/left-right
