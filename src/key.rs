@@ -603,8 +603,10 @@ impl<T: Send + 'static> RankLocalKey<T> {
 
 /// std's `LocalKey<Cell<T>>` shortcuts, on the calling OS thread's own instance (created with the
 /// static's initializer): through the owner-only family, so a value reached only this way is
-/// dropped when its thread exits, before `join` returns. `get` is the rank-aware `&T` here, so
-/// std's `Cell` `get` is [`get_cell`](Self::get_cell).
+/// dropped when its thread exits, before `join` returns, with [`RankLocalKey::with_own`]'s
+/// exceptions (a value first made by a thread-local destructor that runs after the crate's exit
+/// work is dropped by a later sweep; std's shortcuts panic there). `get` is the rank-aware `&T`
+/// here, so std's `Cell` `get` is [`get_cell`](Self::get_cell).
 ///
 /// ```
 /// use ranklocal::rank_local;
@@ -666,7 +668,8 @@ impl<T: Send + 'static> RankLocalKey<Cell<T>> {
 
 /// std's `LocalKey<RefCell<T>>` shortcuts, on the calling OS thread's own instance (created with
 /// the static's initializer): through the owner-only family, so a value reached only this way is
-/// dropped when its thread exits, before `join` returns.
+/// dropped when its thread exits, before `join` returns, with [`RankLocalKey::with_own`]'s
+/// exceptions.
 ///
 /// ```
 /// use ranklocal::rank_local;

@@ -65,7 +65,10 @@ impl fmt::Display for AccessError {
 
 impl std::error::Error for AccessError {}
 
-/// std's `LocalKey<Cell<T>>` shortcuts, on the calling OS thread's own instance.
+/// std's `LocalKey<Cell<T>>` shortcuts, on the calling OS thread's own instance: through the
+/// owner-only family, so a value reached only this way is dropped when its thread exits, with
+/// [`with_own`](RankLocal::with_own)'s exceptions (a value first made by a thread-local destructor
+/// that runs after the crate's exit work is dropped by a later sweep; std's shortcuts panic there).
 impl<T: Send + 'static, B: Backend> RankLocal<Cell<T>, B> {
     /// Sets this thread's own value to `value`, as std's `LocalKey<Cell<T>>::set`: if the thread
     /// has no instance yet, `value` becomes it (no `T::default()` is built).
