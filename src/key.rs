@@ -4,11 +4,16 @@
 // No `unsafe` block here: the two `Sync` impls below are the only `unsafe`, each allowed by name.
 #![deny(unsafe_code)]
 
-use core::cell::{Cell, RefCell};
+use core::cell::Cell;
 
 use crate::identity::{self, RankId};
 use crate::primitive::LocalKey;
 use crate::rank_local::{AccessError, Iter, OwnRef, RankLocal, SyncValue};
+
+// std `LocalKey`'s `Cell`/`RefCell` shortcuts on keys, through the owner-only family
+mod cells;
+// `rank_local!`, which builds the keys
+mod macros;
 
 /// A rank-local static declared with [`rank_local!`](crate::rank_local); use it like a
 /// `std::thread::LocalKey`, but with `'static` references and delegation.
@@ -601,158 +606,6 @@ impl<T: Send + 'static> RankLocalKey<T> {
     }
 }
 
-/// std's `LocalKey<Cell<T>>` shortcuts, on the calling OS thread's own instance (created with the
-/// static's initializer): through the owner-only family, so a value reached only this way is
-/// dropped when its thread exits, before `join` returns, with [`RankLocalKey::with_own`]'s
-/// exceptions (a value first made by a thread-local destructor that runs after the crate's exit
-/// work is dropped by a later sweep; std's shortcuts panic there). `get` is the rank-aware `&T`
-/// here, so std's `Cell` `get` is [`get_cell`](Self::get_cell).
-///
-/// ```
-/// use ranklocal::rank_local;
-/// use std::cell::Cell;
-///
-/// rank_local! {
-///     static DEPTH: Cell<u32> = const { Cell::new(0) };
-/// }
-///
-/// DEPTH.set(DEPTH.get_cell() + 1);
-/// assert_eq!(DEPTH.replace(5), 1);
-/// assert_eq!(DEPTH.take(), 5);
-/// assert_eq!(DEPTH.get_cell(), 0);
-/// ```
-impl<T: Send + 'static> RankLocalKey<Cell<T>> {
-    /// Sets this thread's own value to `value`; if the thread has none yet, `value` becomes it
-    /// without running the initializer (std's `LocalKey<Cell<T>>::set`).
-    #[inline]
-    #[track_caller]
-    pub fn set(&'static self, value: T) {
-        let value = Cell::new(Some(value));
-        self.inner.0.with_own_or(
-            || Cell::new(value.take().expect("ranklocal: set's value is used once")),
-            |c| {
-                if let Some(v) = value.take() {
-                    c.set(v);
-                }
-            },
-        );
-    }
-
-    /// A copy of this thread's own value (std's `LocalKey<Cell<T>>::get`).
-    #[inline]
-    #[track_caller]
-    pub fn get_cell(&'static self) -> T
-    where
-        T: Copy,
-    {
-        self.with_own(Cell::get)
-    }
-
-    /// Replaces this thread's own value, returning the old one (std's `LocalKey<Cell<T>>::replace`).
-    #[inline]
-    #[track_caller]
-    pub fn replace(&'static self, value: T) -> T {
-        self.with_own(|c| c.replace(value))
-    }
-
-    /// Takes this thread's own value, leaving `T::default()` (std's `LocalKey<Cell<T>>::take`).
-    #[inline]
-    #[track_caller]
-    pub fn take(&'static self) -> T
-    where
-        T: Default,
-    {
-        self.with_own(Cell::take)
-    }
-}
-
-/// std's `LocalKey<RefCell<T>>` shortcuts, on the calling OS thread's own instance (created with
-/// the static's initializer): through the owner-only family, so a value reached only this way is
-/// dropped when its thread exits, before `join` returns, with [`RankLocalKey::with_own`]'s
-/// exceptions.
-///
-/// ```
-/// use ranklocal::rank_local;
-/// use std::cell::RefCell;
-///
-/// rank_local! {
-///     static SPANS: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-/// }
-///
-/// SPANS.with_borrow_mut(|s| s.push(1));
-/// assert_eq!(SPANS.with_borrow(|s| s.len()), 1);
-/// assert_eq!(SPANS.replace(vec![2, 3]), [1]);
-/// assert_eq!(SPANS.take(), [2, 3]);
-/// SPANS.set(vec![4]);
-/// assert_eq!(SPANS.with_borrow(|s| s[0]), 4);
-/// ```
-impl<T: Send + 'static> RankLocalKey<RefCell<T>> {
-    /// Lends this thread's own value to `f`, borrowed (std's `LocalKey<RefCell<T>>::with_borrow`).
-    ///
-    /// # Panics
-    /// If the value is mutably borrowed, and as [`with_own`](Self::with_own).
-    #[inline]
-    #[track_caller]
-    pub fn with_borrow<R>(&'static self, f: impl FnOnce(&T) -> R) -> R {
-        self.with_own(|c| f(&c.borrow()))
-    }
-
-    /// Lends this thread's own value to `f`, mutably borrowed (std's
-    /// `LocalKey<RefCell<T>>::with_borrow_mut`).
-    ///
-    /// # Panics
-    /// If the value is borrowed, and as [`with_own`](Self::with_own).
-    #[inline]
-    #[track_caller]
-    pub fn with_borrow_mut<R>(&'static self, f: impl FnOnce(&mut T) -> R) -> R {
-        self.with_own(|c| f(&mut c.borrow_mut()))
-    }
-
-    /// Sets this thread's own value to `value`; if the thread has none yet, `value` becomes it
-    /// without running the initializer (std's `LocalKey<RefCell<T>>::set`).
-    ///
-    /// # Panics
-    /// If the value is borrowed, and as [`with_own`](Self::with_own).
-    #[inline]
-    #[track_caller]
-    pub fn set(&'static self, value: T) {
-        let value = Cell::new(Some(value));
-        self.inner.0.with_own_or(
-            || RefCell::new(value.take().expect("ranklocal: set's value is used once")),
-            |c| {
-                if let Some(v) = value.take() {
-                    *c.borrow_mut() = v;
-                }
-            },
-        );
-    }
-
-    /// Replaces this thread's own value, returning the old one (std's
-    /// `LocalKey<RefCell<T>>::replace`).
-    ///
-    /// # Panics
-    /// If the value is borrowed, and as [`with_own`](Self::with_own).
-    #[inline]
-    #[track_caller]
-    pub fn replace(&'static self, value: T) -> T {
-        self.with_own(|c| c.replace(value))
-    }
-
-    /// Takes this thread's own value, leaving `T::default()` (std's
-    /// `LocalKey<RefCell<T>>::take`).
-    ///
-    /// # Panics
-    /// If the value is borrowed, and as [`with_own`](Self::with_own).
-    #[inline]
-    #[track_caller]
-    pub fn take(&'static self) -> T
-    where
-        T: Default,
-    {
-        self.with_own(RefCell::take)
-    }
-}
-
 // Unwind safety as the `RankLocal` a key holds (and the `thread_local` crate's `ThreadLocal`): the
 // slot only caches a reference to this thread's own instance.
 impl<T: core::panic::UnwindSafe + 'static> core::panic::UnwindSafe for RankLocalKey<T> {}
@@ -771,96 +624,4 @@ impl<T: Send + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> 
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         core::fmt::Debug::fmt(&self.inner.0, f)
     }
-}
-
-/// Declares rank-local statics, like `std::thread_local!`.
-///
-/// Each static is a [`RankLocalKey`]: one instance per rank, built by the initializer on the
-/// rank's first use (by its own thread or a delegate), with its own thread-local slot so that the
-/// owner's `get` is a single thread-local read plus the delegation check.
-///
-/// ```
-/// use ranklocal::{on_behalf_of, rank_local, RankId};
-/// use std::sync::atomic::{AtomicU32, Ordering};
-///
-/// rank_local! {
-///     /// Per-rank step counter.
-///     pub static STEPS: AtomicU32 = AtomicU32::new(0);
-///     static NAME: String = format!("rank {}", RankId::current());
-/// }
-///
-/// STEPS.get().fetch_add(1, Ordering::Relaxed);
-/// let me = RankId::current();
-/// std::thread::spawn(move || on_behalf_of(me, || STEPS.get().fetch_add(1, Ordering::Relaxed)))
-///     .join()
-///     .unwrap();
-/// assert_eq!(STEPS.get().load(Ordering::Relaxed), 2);
-/// assert_eq!(NAME.get(), &format!("rank {me}"));
-/// ```
-///
-/// As in `thread_local!`, the initializer may be written `const { EXPR }`
-/// (`static N: AtomicU32 = const { AtomicU32::new(0) };`). The value type must be `Send` (an `Rc`
-/// is rejected with one error naming that requirement); a `Cell` or `RefCell` value is reached
-/// with the owner-only family (`with_own`, `get_own`, ...), and the rank-aware methods (`get`,
-/// `with`, `get_for`, ...) need it to be `Sync` too.
-///
-/// Hygiene: the initializer is compiled outside the block that declares the macro's helper items,
-/// so every name in it (`init`, `SLOT`, `INNER`, ...) means the caller's item.
-///
-/// Not available under `cfg(loom)` (loom cannot build a `static RankLocal`); use
-/// [`RankLocal`] objects there.
-#[macro_export]
-macro_rules! rank_local {
-    () => {};
-    // std's `const { EXPR }` form: evaluated at compile time, as in `thread_local!`.
-    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block; $($rest:tt)*) => {
-        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, {
-            // a `const` item, not an inline `const { }` block (Rust 1.79): evaluated at compile time
-            const __RANKLOCAL_INIT: $t = $init;
-            __RANKLOCAL_INIT
-        });
-        $crate::rank_local!($($rest)*);
-    };
-    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block) => {
-        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, {
-            // a `const` item, not an inline `const { }` block (Rust 1.79): evaluated at compile time
-            const __RANKLOCAL_INIT: $t = $init;
-            __RANKLOCAL_INIT
-        });
-    };
-    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
-        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, $init);
-        $crate::rank_local!($($rest)*);
-    };
-    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr) => {
-        $crate::__rank_local_inner!($(#[$attr])* $vis $name, $t, $init);
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __rank_local_inner {
-    ($(#[$attr:meta])* $vis:vis $name:ident, $t:ty, $init:expr) => {
-        $(#[$attr])*
-        $vis static $name: $crate::RankLocalKey<$t> = {
-            // Hygiene: the user's initializer is compiled here, outside the block below that
-            // declares the helper items, so every name in it resolves to the user's items. (A
-            // `let` binding made by the macro is hygienic: the user cannot name it.) The type is
-            // written again inside the block, so the helper items there carry `__RANKLOCAL_`
-            // names (as std's `thread_local!` does) that a user constant in `$t` won't meet, and
-            // every path is `$crate::`-rooted (a user `core` crate or module changes nothing).
-            let init: fn() -> $t = || $init;
-            {
-                static __RANKLOCAL_STORAGE: $crate::__private::KeyStorage<$t> =
-                    $crate::__private::KeyStorage::new();
-                $crate::__private::thread_local! {
-                    static __RANKLOCAL_SLOT: $crate::__private::Cell<
-                        $crate::__private::Option<&'static $t>,
-                    > = const { $crate::__private::Cell::new($crate::__private::Option::None) };
-                }
-                // declared just above, by this expansion, for this key alone (I8)
-                $crate::RankLocalKey::__new(&__RANKLOCAL_STORAGE, &__RANKLOCAL_SLOT, init)
-            }
-        };
-    };
 }
