@@ -34,15 +34,7 @@ impl<T: Send + 'static> RankLocalKey<Cell<T>> {
     #[inline]
     #[track_caller]
     pub fn set(&'static self, value: T) {
-        let value = Cell::new(Some(value));
-        self.inner.0.with_own_or(
-            || Cell::new(value.take().expect("ranklocal: set's value is used once")),
-            |c| {
-                if let Some(v) = value.take() {
-                    c.set(v);
-                }
-            },
-        );
+        self.inner.0.set_own(value, Cell::new, Cell::set);
     }
 
     /// A copy of this thread's own value (std's `LocalKey<Cell<T>>::get`).
@@ -123,15 +115,9 @@ impl<T: Send + 'static> RankLocalKey<RefCell<T>> {
     #[inline]
     #[track_caller]
     pub fn set(&'static self, value: T) {
-        let value = Cell::new(Some(value));
-        self.inner.0.with_own_or(
-            || RefCell::new(value.take().expect("ranklocal: set's value is used once")),
-            |c| {
-                if let Some(v) = value.take() {
-                    *c.borrow_mut() = v;
-                }
-            },
-        );
+        self.inner
+            .0
+            .set_own(value, RefCell::new, |c, v| *c.borrow_mut() = v);
     }
 
     /// Replaces this thread's own value, returning the old one (std's

@@ -65,6 +65,25 @@ impl fmt::Display for AccessError {
 
 impl std::error::Error for AccessError {}
 
+/// What std's `set` does, for any owner-only value: `value` becomes this thread's own instance,
+/// made by `make`, if it has none (no initializer runs), else `put` stores it into the existing
+/// one.
+impl<C: Send + 'static, B: Backend> RankLocal<C, B> {
+    #[inline]
+    #[track_caller]
+    pub(crate) fn set_own<V>(&self, value: V, make: impl FnOnce(V) -> C, put: impl FnOnce(&C, V)) {
+        let value = Cell::new(Some(value));
+        self.with_own_or(
+            || make(value.take().expect("ranklocal: set's value is used once")),
+            |c| {
+                if let Some(v) = value.take() {
+                    put(c, v);
+                }
+            },
+        );
+    }
+}
+
 /// std's `LocalKey<Cell<T>>` shortcuts, on the calling OS thread's own instance: through the
 /// owner-only family, so a value reached only this way is dropped when its thread exits, with
 /// [`with_own`](RankLocal::with_own)'s exceptions (a value first made by a thread-local destructor
@@ -88,15 +107,7 @@ impl<T: Send + 'static, B: Backend> RankLocal<Cell<T>, B> {
     #[inline]
     #[track_caller]
     pub fn set(&self, value: T) {
-        let value = Cell::new(Some(value));
-        self.with_own_or(
-            || Cell::new(value.take().expect("ranklocal: set's value is used once")),
-            |c| {
-                if let Some(v) = value.take() {
-                    c.set(v);
-                }
-            },
-        );
+        self.set_own(value, Cell::new, Cell::set);
     }
 
     /// Replaces this thread's own value with `value` and returns the old one, creating it with
@@ -231,15 +242,7 @@ impl<T: Send + 'static, B: Backend> RankLocal<RefCell<T>, B> {
     #[inline]
     #[track_caller]
     pub fn set(&self, value: T) {
-        let value = Cell::new(Some(value));
-        self.with_own_or(
-            || RefCell::new(value.take().expect("ranklocal: set's value is used once")),
-            |c| {
-                if let Some(v) = value.take() {
-                    *c.borrow_mut() = v;
-                }
-            },
-        );
+        self.set_own(value, RefCell::new, |c, v| *c.borrow_mut() = v);
     }
 
     /// Takes this thread's own value, leaving `T::default()`: std's
