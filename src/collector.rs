@@ -277,6 +277,8 @@ pub(crate) struct Pin {
     guard: ManuallyDrop<Guard>,
     /// Counted in [`COUNTED_PINS`] (a late or a held pin).
     counted: bool,
+    /// Counted in [`HELD_PINS`] too (a held pin, [`pin_held`]).
+    held: bool,
 }
 
 impl core::ops::Deref for Pin {
@@ -295,7 +297,7 @@ impl Drop for Pin {
         unsafe { ManuallyDrop::drop(&mut self.guard) };
         // One load while there is nothing to do (the hit paths): a `Cell` without a destructor.
         if UNPIN_DUE.with(Cell::get) {
-            after_unpin(self.counted);
+            after_unpin(self.counted, self.held);
         }
     }
 }
@@ -311,9 +313,12 @@ tls! {
 /// values, whose panic would abort).
 #[cold]
 #[inline(never)]
-fn after_unpin(counted: bool) {
+fn after_unpin(counted: bool, held: bool) {
     if counted {
         COUNTED_PINS.with(|n| n.set(n.get() - 1));
+    }
+    if held {
+        HELD_PINS.with(|n| n.set(n.get() - 1));
     }
     if !is_pinned() && !std::thread::panicking() {
         run_after_reads();
@@ -376,6 +381,7 @@ pub(crate) fn pin() -> Pin {
         Ok(guard) => Pin {
             guard: ManuallyDrop::new(guard),
             counted: false,
+            held: false,
         },
         Err(_) => late_pin(),
     }
@@ -389,6 +395,7 @@ fn late_pin() -> Pin {
     Pin {
         guard: ManuallyDrop::new(COLLECTOR.register().pin()),
         counted: true,
+        held: false,
     }
 }
 
@@ -402,7 +409,22 @@ pub(crate) fn pin_held() -> Pin {
         UNPIN_DUE.with(|d| d.set(true)); // its drop counts it down
         pin.counted = true;
     }
+    HELD_PINS.with(|n| n.set(n.get() + 1));
+    pin.held = true;
     pin
+}
+
+tls! {
+    /// Held pins ([`pin_held`], a reader's) this thread has alive. No destructor: readable at
+    /// any time.
+    static HELD_PINS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// `true` while this thread holds a pin across calls (a reader's): work left for the end of its
+/// outermost read would then run at the reader's drop, outside every call of the code that left
+/// it, so a sweep leaves what it found ready queued instead (I32).
+pub(crate) fn holds_reader() -> bool {
+    HELD_PINS.with(Cell::get) > 0
 }
 
 /// Counts a pin a slow path made (a first touch, a scoped lookup that missed the thread cache, a

@@ -254,7 +254,11 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// passed and that no live walk may hold to the limbo, which this thread drains at the end of
     /// its outermost read (I32). Nothing is dropped here.
     pub(in crate::rank_local) fn defer_ready(&mut self) {
-        if self.w.tracks.no_batches() {
+        // Under a held reader the end of the outermost read is the reader's drop, which may come
+        // after the code that used this `RankLocal` (and after its drop on another thread, while
+        // the drain runs): the batches stay queued instead, for the next sweep or reclamation
+        // call made outside every read, or the `RankLocal`'s drop (I32).
+        if self.w.tracks.no_batches() || crate::collector::holds_reader() {
             return;
         }
         let (_, removed) = self.take_ready();
