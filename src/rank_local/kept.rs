@@ -95,11 +95,15 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         if kept * 2 >= n && !self.kept_warned.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "ranklocal: a RankLocal<{}> keeps {kept} of its {n} values for ranks that have \
-                 exited, because they were handed out as &T (get, get_or, try_get, get_for, iter), \
-                 and such a value is kept until &mut access or the RankLocal's drop. For the state \
-                 of threads or Ranks that come and go, use `with` (the crate frees the value after \
-                 its rank exits), or call `purge_exited` from time to time. `kept_exited()` gives \
-                 the count. (Printed once per RankLocal, in debug builds only.)",
+                 exited, because they were handed out as &T (get, get_or, try_get, get_for, iter, \
+                 OwnRef::leak), and such a value is kept until &mut access or the RankLocal's drop. \
+                 For the state of threads or Ranks that come and go: a Sync value (a Mutex, an \
+                 atomic) can use `with` (freed after its rank exits); any value can use the \
+                 owner-only `with_own` or keep `get_own`'s OwnRef guard instead of leaking it \
+                 (dropped when its thread exits); a map built with `RankLocal::recycling()` hands an \
+                 ended thread's value to the next new thread; or call `purge_exited` from time to \
+                 time. `kept_exited()` gives the count. (Printed once per RankLocal, in debug \
+                 builds only.)",
                 core::any::type_name::<T>()
             );
         }
