@@ -275,10 +275,19 @@ tls! {
 pub(crate) struct Pin {
     /// Dropped first in `Pin`'s drop, so that the work after the outermost read runs unpinned.
     guard: ManuallyDrop<Guard>,
-    /// Counted in [`COUNTED_PINS`] (a late or a held pin).
-    counted: bool,
-    /// Counted in [`HELD_PINS`] too (a held pin, [`pin_held`]).
-    held: bool,
+    /// Whether [`COUNTED_PINS`] (and [`HELD_PINS`]) count it.
+    counted: Counted,
+}
+
+/// How a [`Pin`] is counted for [`is_pinned`]: one byte, so that a plain pin costs what it did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    /// A pin of this thread's own participant, which answers [`is_pinned`] itself.
+    No,
+    /// A pin taken during thread teardown ([`COUNTED_PINS`]).
+    Late,
+    /// A pin held across calls, a reader's ([`COUNTED_PINS`] and [`HELD_PINS`]).
+    Held,
 }
 
 impl core::ops::Deref for Pin {
@@ -297,7 +306,7 @@ impl Drop for Pin {
         unsafe { ManuallyDrop::drop(&mut self.guard) };
         // One load while there is nothing to do (the hit paths): a `Cell` without a destructor.
         if UNPIN_DUE.with(Cell::get) {
-            after_unpin(self.counted, self.held);
+            after_unpin(self.counted);
         }
     }
 }
@@ -313,11 +322,11 @@ tls! {
 /// values, whose panic would abort).
 #[cold]
 #[inline(never)]
-fn after_unpin(counted: bool, held: bool) {
-    if counted {
+fn after_unpin(counted: Counted) {
+    if counted != Counted::No {
         COUNTED_PINS.with(|n| n.set(n.get() - 1));
     }
-    if held {
+    if counted == Counted::Held {
         HELD_PINS.with(|n| n.set(n.get() - 1));
     }
     if !is_pinned() && !std::thread::panicking() {
@@ -380,8 +389,7 @@ pub(crate) fn pin() -> Pin {
     match HANDLE.try_with(LocalHandle::pin) {
         Ok(guard) => Pin {
             guard: ManuallyDrop::new(guard),
-            counted: false,
-            held: false,
+            counted: Counted::No,
         },
         Err(_) => late_pin(),
     }
@@ -394,8 +402,7 @@ fn late_pin() -> Pin {
     UNPIN_DUE.with(|d| d.set(true)); // its drop counts it down
     Pin {
         guard: ManuallyDrop::new(COLLECTOR.register().pin()),
-        counted: true,
-        held: false,
+        counted: Counted::Late,
     }
 }
 
@@ -404,13 +411,12 @@ fn late_pin() -> Pin {
 /// a `reclaim_exited_blocking` there must still see that it would wait for its own thread).
 pub(crate) fn pin_held() -> Pin {
     let mut pin = pin();
-    if !pin.counted {
+    if pin.counted == Counted::No {
         COUNTED_PINS.with(|n| n.set(n.get() + 1));
         UNPIN_DUE.with(|d| d.set(true)); // its drop counts it down
-        pin.counted = true;
     }
     HELD_PINS.with(|n| n.set(n.get() + 1));
-    pin.held = true;
+    pin.counted = Counted::Held;
     pin
 }
 
