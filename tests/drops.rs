@@ -17,6 +17,7 @@ use common::{
 use ranklocal::{on_behalf_of, Backend, OnBehalfExt, Rank, RankId, RankLocal};
 
 common::backend_tests! {
+    miri_every_backend;
     s6_every_instance_is_dropped_exactly_once,
     every_instance_is_dropped_exactly_once_in_mixed_use,
     a_non_static_t_is_reclaimed_before_its_borrow_ends,

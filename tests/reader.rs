@@ -16,6 +16,7 @@ use common::{
 use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 common::backend_tests! {
+    miri_every_backend;
     reads_any_rank_and_ranks_touched_after_it_was_made,
     values_stay_valid_across_a_concurrent_sweep,
     a_dropped_reader_lets_a_blocking_reclaim_finish,

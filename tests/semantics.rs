@@ -15,6 +15,7 @@ use common::{addr, parked_rank};
 use ranklocal::{on_behalf_of, Backend, Iter, IterMut, Rank, RankId, RankLocal};
 
 common::backend_tests! {
+    miri_every_backend;
     s1_threads_see_distinct_instances_and_the_same_one_each_call,
     s1_try_get_and_get_for_never_create,
     s2_delegation_sees_the_rank_even_after_caching_own,

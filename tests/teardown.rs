@@ -23,6 +23,7 @@ use common::{
 use ranklocal::{on_behalf_of, rank_local, Backend, Rank, RankId, RankLocal};
 
 common::backend_tests! {
+    miri_every_backend;
     s8_access_from_a_thread_local_destructor_is_defined,
     access_from_tls_destructors_after_the_exit_hook,
     a_first_touch_from_a_tls_destructor_after_the_exit_hook_outlives_f,
