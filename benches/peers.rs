@@ -1202,12 +1202,11 @@ impl Settler {
 ///
 /// Fresh ranks, not the shared ones the other cases touched: a rank that a dropped `RankLocal`
 /// touched keeps that map's closed exit inbox in the crate's registry until a later
-/// registration on the rank prunes it, so a `RankLocal` first-touching reused ranks frees
-/// what earlier structures left there (allocated before counting began, or by an earlier arm) and
-/// printed a negative figure (-3.6 B/key at 65,536 keys after the fresh-thread case). The ranks
-/// are made before the first reading and dropped after the second, so neither their registry
-/// entries nor their exits count; what the structure adds to them (an exit registration per
-/// rank, for a `RankLocal`) does.
+/// registration on the rank prunes it, so a `RankLocal` first-touching reused ranks could free
+/// what earlier structures left there (allocated before counting began, or by an earlier arm)
+/// inside its own measurement. The ranks are made before the first reading and dropped after the
+/// second, so neither their registry entries nor their exits count; what the structure adds to
+/// them (an exit registration per rank, for a `RankLocal`) does.
 fn heap_per_key(arm: Arm, n: usize, settler: &mut Settler) -> f64 {
     let (ranks, keys) = make_ranks(n);
     settler.settle();
