@@ -7,8 +7,8 @@
 //! looks like. Progress goes to stderr, and only when stderr is a terminal.
 //!
 //! ```text
-//! cargo run --release --example compare                 # ~40 s
-//! cargo run --release --example compare -- --quick      # a smoke run, ~10 s
+//! cargo run --release --example compare                 # ~50 s
+//! cargo run --release --example compare -- --quick      # a smoke run, ~17 s
 //! cargo run --release --example compare -- --help
 //! cargo run --release --example compare -- --json papers/results.json --svg papers/lookups.svg --svg-ranks papers/first_touch.svg
 //! ```
@@ -16,8 +16,8 @@
 //! All arms run in one process, one after another, over the same ranks and with the same hasher;
 //! on a noisy machine compare the ratios, not the absolute times.
 //!
-//! Wall time, measured on a shared 2-core VM with other jobs running: 37-41 s for the default run
-//! (load 5-7), 12 s for `--quick` (load 3; the release build not counted). Of the default run's
+//! Wall time, measured on a shared 2-core VM with other jobs running: 47-52 s for the default run
+//! (load 8-9), 17 s for `--quick` (load 8; the release build not counted). Of the default run's
 //! time, ~28 s are the lookup tables (39 arms x 2 thread counts x `--ms 300`, plus set-up) and
 //! ~5 s making the 65,600 ranks that first touch needs; `--ms` scales the first part.
 
