@@ -1,7 +1,9 @@
 //! Probes the compiler, as `autocfg` users do, for what the crate uses where it exists but does
 //! not need: `cfg(ranklocal_diagnostic)` when `#[diagnostic::on_unimplemented]` is there (Rust
 //! 1.78), so the `SyncValue` and `rank_local!` notes show on compilers that have it while the
-//! crate still builds on its `rust-version`, 1.65.
+//! crate still builds on its `rust-version`, 1.65; and `cfg(ranklocal_do_not_recommend)` when
+//! `#[diagnostic::do_not_recommend]` is (Rust 1.85), so that those notes also show for a struct
+//! that holds a `Cell` (without it the compiler reports the field's own `Sync` error, std's).
 
 use std::env;
 use std::process::Command;
@@ -9,8 +11,12 @@ use std::process::Command;
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=RUSTC");
-    if minor().map_or(false, |m| m >= 78) {
+    let minor = minor();
+    if minor.map_or(false, |m| m >= 78) {
         println!("cargo:rustc-cfg=ranklocal_diagnostic");
+    }
+    if minor.map_or(false, |m| m >= 85) {
+        println!("cargo:rustc-cfg=ranklocal_do_not_recommend");
     }
 }
 

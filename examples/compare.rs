@@ -7,8 +7,8 @@
 //! looks like. Progress goes to stderr, and only when stderr is a terminal.
 //!
 //! ```text
-//! cargo run --release --example compare                 # ~40 s
-//! cargo run --release --example compare -- --quick      # a smoke run, ~10 s
+//! cargo run --release --example compare                 # ~50 s
+//! cargo run --release --example compare -- --quick      # a smoke run, ~17 s
 //! cargo run --release --example compare -- --help
 //! cargo run --release --example compare -- --json papers/results.json --svg papers/lookups.svg --svg-ranks papers/first_touch.svg
 //! ```
@@ -16,8 +16,8 @@
 //! All arms run in one process, one after another, over the same ranks and with the same hasher;
 //! on a noisy machine compare the ratios, not the absolute times.
 //!
-//! Wall time, measured on a shared 2-core VM with other jobs running: 37-41 s for the default run
-//! (load 5-7), 12 s for `--quick` (load 3; the release build not counted). Of the default run's
+//! Wall time, measured on a shared 2-core VM with other jobs running: 47-52 s for the default run
+//! (load 8-9), 17 s for `--quick` (load 8; the release build not counted). Of the default run's
 //! time, ~28 s are the lookup tables (39 arms x 2 thread counts x `--ms 300`, plus set-up) and
 //! ~5 s making the 65,600 ranks that first touch needs; `--ms` scales the first part.
 
@@ -483,6 +483,19 @@ fn group_info(group: &str, o: &Opts) -> GroupInfo {
              (above 1: slower)",
             false,
         ),
+        "owner RefCell counter" => (
+            "a thread bumps its own RefCell<u64> counter: std's thread_local! \
+             (with_borrow_mut), the thread_local crate (get_or_default), and the owner-only \
+             family that ports them (with_own; get_own, whose OwnRef guard is dropped each \
+             time)"
+                .to_string(),
+            "std thread_local! (floor)",
+            "x port",
+            "this arm's ns/op / that of what it ports: the thread_local crate's for \
+             get_own, std thread_local!'s for the others; median over the repeats of the \
+             ratio within each repeat (above 1: slower)",
+            false,
+        ),
         "delegated with_for (scoped)" => (
             format!(
                 "with_for(rank, f): scoped access to another rank's instance ({} ranks \
@@ -536,9 +549,13 @@ fn threads_label(t: usize) -> String {
 
 /// The row a lookup table's ratio column takes `row` against: the group's reference arm, but in
 /// "owner with (scoped)" the `get` of the same object form (`with` on a static against `get` on
-/// that static), so that each ratio compares like with like.
+/// that static), and in "owner RefCell counter" the thread_local crate for `get_own` (its port),
+/// so that each ratio compares like with like.
 fn reference_of<'a>(rows: &'a [Row], row: &Row, info: &GroupInfo) -> Option<&'a Row> {
     let find = |a: &str| rows.iter().find(|r| r.group == row.group && r.arm == a);
+    if row.group == "owner RefCell counter" && row.arm.ends_with(": get_own") {
+        return find("thread_local crate");
+    }
     if row.group == "owner with (scoped)" {
         let form = row.arm.split(": ").next().unwrap_or_default();
         if let Some(r) = find(&format!("{form}: get")) {
@@ -1510,89 +1527,164 @@ fn pairs_in_turn(o: &Opts) -> Vec<Goal> {
     vec![goal]
 }
 
-/// Owner `get` of the object form against the `thread_local` crate's `get`, measured in short
-/// alternating rounds on one fresh thread, so that both see the same machine load; reports the
-/// best and the median round of each. (The "owner get" table above times each arm for longer,
-/// the arms taking turns repeat by repeat.)
+/// The owner path against what a Rust user runs today, measured in short alternating rounds on
+/// one fresh thread, so that every arm sees the same machine load: the port of the `thread_local`
+/// crate (`RankLocal::recycling()` and `get_own`, against `ThreadLocal::get_or_default`) and the
+/// ports of std's `thread_local!` (`rank_local!` and `RankLocal::new()` with `with_own`, against
+/// std's `with`), each bumping a `RefCell<u64>` counter as in the "owner RefCell counter" table.
+/// Reports each arm's best and median round, and each port's ratio to what it replaces, round by
+/// round, with its quartiles. (The tables above time each arm for longer, the arms taking turns
+/// repeat by repeat.)
 fn owner_interleaved(o: &Opts) -> Vec<Goal> {
+    use std::cell::RefCell;
     use std::hint::black_box;
+
+    thread_local! {
+        static STD: RefCell<u64> = const { RefCell::new(0) };
+    }
+    ranklocal::rank_local! {
+        static MACRO: RefCell<u64> = const { RefCell::new(0) };
+    }
+    fn bump(c: &RefCell<u64>) -> u64 {
+        let mut c = c.borrow_mut();
+        *c += 1;
+        *c
+    }
+
     let quick = o.dur < Duration::from_millis(100);
     let (n, rounds) = if quick {
         (5_000u64, 301)
     } else {
         (5_000u64, 2_001)
     };
-    progress::show("owner get against the thread_local crate, alternating rounds");
-    let (t_rl, t_tl, paired) = std::thread::spawn(move || {
-        let rl = ranklocal::RankLocal::<u64, Epoch>::new();
-        let tl = thread_local::ThreadLocal::<u64>::new();
-        rl.get_or(|| 1);
-        tl.get_or(|| 1);
+    progress::show("the owner path against std and the thread_local crate, alternating rounds");
+    // arms in the order each round runs them; `samples[arm][round]`
+    const ARMS: [&str; 5] = [
+        "std thread_local!: with",
+        "rank_local!: with_own",
+        "RankLocal::new(): with_own",
+        "thread_local crate: get_or_default",
+        "RankLocal::recycling(): get_own",
+    ];
+    let samples: Vec<Vec<f64>> = std::thread::spawn(move || {
+        let own = ranklocal::RankLocal::<RefCell<u64>, Epoch>::new();
+        let rec = ranklocal::RankLocal::<RefCell<u64>, Epoch>::recycling();
+        let tl = thread_local::ThreadLocal::<RefCell<u64>>::new();
         let time = |f: &dyn Fn()| {
             let start = std::time::Instant::now();
             f();
             start.elapsed().as_nanos() as f64 / n as f64
         };
-        let (mut t_rl, mut t_tl) = (Vec::new(), Vec::new());
+        let ops: [&dyn Fn(); 5] = [
+            &|| {
+                for _ in 0..n {
+                    black_box(STD.with(bump));
+                }
+            },
+            &|| {
+                for _ in 0..n {
+                    black_box(MACRO.with_own(bump));
+                }
+            },
+            &|| {
+                for _ in 0..n {
+                    black_box(black_box(&own).with_own(bump));
+                }
+            },
+            &|| {
+                for _ in 0..n {
+                    black_box(bump(black_box(&tl).get_or_default()));
+                }
+            },
+            &|| {
+                for _ in 0..n {
+                    black_box(bump(&black_box(&rec).get_own()));
+                }
+            },
+        ];
+        for op in ops {
+            op(); // first touches and warm-up, untimed
+        }
+        let mut samples = vec![Vec::with_capacity(rounds); ARMS.len()];
         for _ in 0..rounds {
-            t_tl.push(time(&|| {
-                for _ in 0..n {
-                    black_box(*black_box(&tl).get().unwrap());
-                }
-            }));
-            t_rl.push(time(&|| {
-                for _ in 0..n {
-                    black_box(*black_box(&rl).get());
-                }
-            }));
+            for (op, v) in ops.iter().zip(&mut samples) {
+                v.push(time(*op));
+            }
         }
-        // Each round's ratio is taken between adjacent measurements, which saw the same load.
-        let mut paired: Vec<f64> = t_rl.iter().zip(&t_tl).map(|(r, t)| r / t).collect();
-        for v in [&mut t_rl, &mut t_tl, &mut paired] {
-            v.sort_by(f64::total_cmp);
-        }
-        (t_rl, t_tl, paired)
+        samples
     })
     .join()
     .expect("owner section panicked");
-    let (m_rl, m_tl) = (t_rl[rounds / 2], t_tl[rounds / 2]);
-    let (q1, q2, q3) = (
-        paired[rounds / 4],
-        paired[rounds / 2],
-        paired[3 * rounds / 4],
-    );
     progress::clear();
-    println!("\nOWNER GET AGAINST THE THREAD_LOCAL CRATE");
+    println!("\nTHE OWNER PATH AGAINST STD AND THE THREAD_LOCAL CRATE");
     say(&format!(
-        "One thread alternates a round of {n} gets on a thread_local::ThreadLocal<u64> \
-         with a round of {n} gets on a RankLocal<u64> (Epoch), {rounds} rounds each, so that \
-         both see the same load."
+        "One thread runs a round of {n} RefCell counter bumps on each arm in turn, {rounds} \
+         rounds, so that every arm sees the same load: std's thread_local! and its ports \
+         (rank_local!, RankLocal::new(), both with with_own), the thread_local crate and its \
+         port (RankLocal::recycling() with get_own, whose OwnRef guard is dropped each time)."
     ));
     legend(&[
-        ("best", "ns per get in the fastest round"),
-        ("median", "ns per get in the median round"),
+        ("best", "ns per bump in the fastest round"),
+        ("median", "ns per bump in the median round"),
         (
             "ratio",
-            "per round: RankLocal's ns / the thread_local crate's in the round next to \
-             it; median and quartiles over the rounds",
+            "per round: this arm's ns / that of what it ports (std's with for the \
+             with_own arms, the thread_local crate's get_or_default for get_own), in \
+             the same round; median and quartiles over the rounds",
         ),
     ]);
-    println!("  {:<34} {:>9} {:>9}", "arm", "best", "median");
     println!(
-        "  {:<34} {:>9.3} {:>9.3}",
-        "thread_local crate", t_tl[0], m_tl
+        "  {:<36} {:>9} {:>9} {:>7} {:>13}",
+        "arm", "best", "median", "ratio", "quartiles"
     );
-    println!(
-        "  {:<34} {:>9.3} {:>9.3}",
-        "RankLocal<Epoch>", t_rl[0], m_rl
-    );
-    println!("  ratio: median {q2:.3}, quartiles {q1:.3} to {q3:.3}");
-    let goal = Goal::new(
-        "owner get about the thread_local crate's cost: within 1.1x (a sub-nanosecond \
-         path: code layout alone moves either arm by more)",
-        q2 <= 1.1,
-        format!("{q2:.2}x (quartiles {q1:.2}-{q3:.2} of {rounds} rounds)"),
-    );
-    goal.print();
-    vec![goal]
+    let reference = |i: usize| match i {
+        1 | 2 => Some(0),
+        4 => Some(3),
+        _ => None,
+    };
+    let mut ratios: Vec<Option<Paired>> = Vec::new();
+    for (i, arm) in ARMS.iter().enumerate() {
+        let mut v = samples[i].clone();
+        v.sort_by(f64::total_cmp);
+        let p = reference(i).map(|r| paired(&samples[i], &samples[r]));
+        let (ratio, spread) = match &p {
+            Some(p) => (
+                format!("{:.2}x", p.median),
+                format!("{:.2}-{:.2}", p.q1, p.q3),
+            ),
+            None => ("-".into(), "".into()),
+        };
+        let line = format!(
+            "  {arm:<36} {:>9.3} {:>9.3} {ratio:>7} {spread:>13}",
+            v[0],
+            v[v.len() / 2]
+        );
+        println!("{}", line.trim_end());
+        ratios.push(p);
+    }
+    let r = |i: usize| ratios[i].as_ref().expect("a port has a reference");
+    let goals = vec![
+        Goal::new(
+            "the thread_local crate's port (RankLocal::recycling(), get_own) within 1.3x the \
+             crate's get_or_default",
+            r(4).median <= 1.3,
+            r(4).ratio(),
+        ),
+        Goal::new(
+            "std thread_local!'s port (rank_local!, with_own) within 2.5x std's with (std \
+             reaches a const-initialized RefCell with no lookup at all)",
+            r(1).median <= 2.5,
+            r(1).ratio(),
+        ),
+        Goal::new(
+            "the object form's with_own (RankLocal::new()) within 3x std thread_local!'s \
+             with",
+            r(2).median <= 3.0,
+            r(2).ratio(),
+        ),
+    ];
+    for g in &goals {
+        g.print();
+    }
+    goals
 }

@@ -158,6 +158,24 @@
 //! std::thread::scope(|s| { s.spawn(|| ranklocal::on_behalf_of(me, || rl.get_own().set(2))); });
 //! ```
 //!
+//! A struct that holds a `Cell` is not `Sync` either (from Rust 1.85 the error is the crate's,
+//! about the struct, with the note naming `with_own`; before, it is std's about the field):
+//!
+//! ```compile_fail,E0277
+//! use std::cell::Cell;
+//! #[derive(Default)]
+//! struct Stats { hits: Cell<u64> }
+//! let rl = ranklocal::RankLocal::<Stats>::new();
+//! rl.with(|s| s.hits.set(s.hits.get() + 1));
+//! ```
+//! ```
+//! use std::cell::Cell;
+//! #[derive(Default)]
+//! struct Stats { hits: Cell<u64> }
+//! let rl = ranklocal::RankLocal::<Stats>::new();
+//! rl.with_own(|s| s.hits.set(s.hits.get() + 1));
+//! ```
+//!
 //! The same through a `rank_local!` key's rank-aware methods:
 //!
 //! ```compile_fail,E0277

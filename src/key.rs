@@ -76,6 +76,7 @@ impl<T: RankLocalValue> KeyStorage<T> {
 )]
 pub trait RankLocalValue: Send + 'static {}
 
+#[cfg_attr(ranklocal_do_not_recommend, diagnostic::do_not_recommend)]
 impl<T: Send + 'static> RankLocalValue for T {}
 
 impl<T: 'static> RankLocalKey<T> {
@@ -231,7 +232,9 @@ impl<T: Send + 'static> RankLocalKey<T> {
 
     /// The current rank's instance, created with the static's initializer on first use, lent to
     /// `f`: scoped access (see [`RankLocal::with`]). An instance only ever reached this way is
-    /// dropped after its rank exits; one handed out by [`get`](Self::get) is kept.
+    /// dropped after its rank exits; one handed out by [`get`](Self::get) is kept. Needs a `Sync`
+    /// value: for a `Cell`, a `RefCell` or a struct holding one (std's `thread_local!` state),
+    /// [`with_own`](Self::with_own) is std's `with`.
     ///
     /// ```
     /// use ranklocal::rank_local;

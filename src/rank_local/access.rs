@@ -371,6 +371,14 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// outside a closure (the instance is then kept until `&mut` access or drop). The owner's
     /// `with` is a thread-cache hit, as `get`; a delegate's holds an epoch pin during `f`.
     ///
+    /// `T` must be `Sync` ([`SyncValue`]): a delegate on another thread may read the value while
+    /// its owner does. For state only its own thread touches — a `Cell`, a `RefCell`, or a struct
+    /// that holds one (`struct Stats { hits: Cell<u64> }`) — use
+    /// [`with_own`](Self::with_own), the one-to-one port of std's `LocalKey::with`: it needs
+    /// `Send` only, keeps the `Cell`, and drops the value when its thread exits. (From Rust 1.85
+    /// the compiler's error on `with` says so, also for such a struct; older compilers name the
+    /// field and suggest an atomic or a lock, which only state other threads read needs.)
+    ///
     /// ```
     /// use ranklocal::RankLocal;
     /// use std::sync::atomic::{AtomicU64, Ordering};

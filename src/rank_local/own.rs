@@ -25,7 +25,9 @@ use crate::identity;
 
 /// The values a rank-aware method can hand to another thread than their owner's: `Send + Sync`.
 /// Implemented for every such type; bounding the methods on it (rather than on `Sync`) lets the
-/// compiler's error for a `RefCell` or `Cell` name the method that fits.
+/// compiler's error for a `RefCell` or `Cell` name the method that fits — from Rust 1.85 also for
+/// a struct that holds one (the impl is marked `#[diagnostic::do_not_recommend]`, so the error is
+/// about the struct and this trait, not about the field's `Sync`).
 ///
 /// ```
 /// fn sum<T: ranklocal::SyncValue + Copy + Into<u64>>(rl: &ranklocal::RankLocal<T>) -> u64 {
@@ -47,11 +49,14 @@ use crate::identity;
                 `with_own_existing` never create, as the `thread_local` crate's `get()`): they \
                 reach the calling thread's own instance and need `Send` only",
         note = "for state other threads read (`get_for`, `iter`, `on_behalf_of`), use a thread-safe \
-                type: a `Mutex`, an `RwLock`, an atomic"
+                type: a `Mutex`, an `RwLock`, an atomic",
+        note = "a struct or enum is `Sync` only if every field is: a `Cell` or `RefCell` field \
+                makes it not `Sync`, and `with_own`/`get_own` are the methods for it"
     )
 )]
 pub trait SyncValue: Send + Sync {}
 
+#[cfg_attr(ranklocal_do_not_recommend, diagnostic::do_not_recommend)]
 impl<T: Send + Sync + ?Sized> SyncValue for T {}
 
 /// Runs `init` as `rank` (the thread's own), also inside another rank's `on_behalf_of`: an
