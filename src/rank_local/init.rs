@@ -48,7 +48,10 @@ impl<T: Send, B: Backend> Drop for ClaimGuard<'_, T, B> {
 /// the caller must notify `claim_ended` (after unlocking). Counting waiters under the lock saves
 /// a futex system call per first touch when, as almost always, nobody waits.
 fn end_claim<T: Send, B: Backend>(w: &mut Locked<'_, T, B>, rank: u64) -> bool {
-    w.claims.retain(|c| c.rank != rank);
+    // A rank has one claim at most, so the first match is the only one.
+    if let Some(at) = w.claims.iter().position(|c| c.rank == rank) {
+        w.claims.swap_remove(at);
+    }
     w.claim_waiters > 0
 }
 

@@ -209,9 +209,13 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// `reclaim_exited_blocking`, which refuses to run inside a read. The ready batches go to the
     /// limbo instead, which this thread drains when its outermost read ends, and any call made
     /// outside every read, on any thread, before that.
+    #[inline]
     fn take_due(w: &mut Locked<'_, T, B>, when: SweepWhen) -> Ready<T> {
-        if w.no_batches() || collector::is_pinned() {
-            w.defer_ready(); // nothing without batches
+        if w.no_batches() {
+            return Ready::NONE; // the common case, checked inline: nothing waits
+        }
+        if collector::is_pinned() {
+            w.defer_ready();
             return Ready::NONE;
         }
         let mut ready = take_ready(w, identity::own_raw(), false);
@@ -221,7 +225,17 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
 
     /// Frees batches [`sweep`](Self::sweep) took out, outside the writer lock; a `T::drop` panic
     /// is kept for the next explicit reclamation call (see the module docs).
+    #[inline]
     pub(super) fn free_ready(&self, ready: Ready<T>) {
+        // The common case, checked inline: nothing taken out, no help due (`Ready::NONE`).
+        if ready.help || ready.removed.is_some() {
+            self.free_taken(ready);
+        }
+    }
+
+    /// [`free_ready`](Self::free_ready) of batches taken out or a help due.
+    #[inline(never)]
+    fn free_taken(&self, ready: Ready<T>) {
         let Ready {
             mut serials,
             removed,

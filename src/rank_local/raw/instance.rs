@@ -581,13 +581,21 @@ pub(in crate::rank_local) fn is_dropping() -> bool {
 /// Panics if this thread is dropping `owner`'s value of `rank`: a first touch from inside that
 /// drop would make a new value for the rank, whose drop would make another, without end (std's
 /// `thread_local!` refuses an access from its own destructor too).
+#[inline]
 #[track_caller]
 pub(in crate::rank_local) fn check_not_dropping(owner: usize, rank: u64) {
     if DROPPING.try_with(Cell::get).ok() == Some((owner, rank)) {
-        panic!(
-            "ranklocal: the value of {} on this RankLocal was asked for from inside its own drop \
-             (it would be made again, and dropped again, without end)",
-            RankId::from_raw(rank)
-        );
+        dropping_panic(rank);
     }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn dropping_panic(rank: u64) -> ! {
+    panic!(
+        "ranklocal: the value of {} on this RankLocal was asked for from inside its own drop \
+         (it would be made again, and dropped again, without end)",
+        RankId::from_raw(rank)
+    );
 }

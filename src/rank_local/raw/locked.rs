@@ -192,12 +192,22 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
     /// most recently ended rank's VACANT value instead of running `init` (I42) — VACANT → the
     /// state `access` publishes, the same allocation unpublished under its ended rank and
     /// published under `rank`. `None` if there is none (entries a reader moved on are skipped).
+    #[inline]
     pub(in crate::rank_local) fn adopt(
         &self,
         rank: u64,
         access: Access,
     ) -> Option<Inst<'_, 'rl, T, B>> {
-        if !self.rl.core.recycling || self.get(rank).is_some() {
+        if !self.rl.core.recycling {
+            return None; // checked inline: a `new()` map adopts nothing
+        }
+        self.adopt_recycled(rank, access)
+    }
+
+    /// [`adopt`](Self::adopt) in a recycling map.
+    #[inline(never)]
+    fn adopt_recycled(&self, rank: u64, access: Access) -> Option<Inst<'_, 'rl, T, B>> {
+        if self.get(rank).is_some() {
             return None;
         }
         let gate = self.w.tracks.gate.as_ref()?;
