@@ -16,7 +16,7 @@ use core::cell::{Cell, RefCell};
 use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 
-use crossbeam_epoch::{Collector, Guard, LocalHandle};
+use crate::primitive::epoch::{Collector, Guard, LocalHandle};
 
 use crate::primitive::{lazy_global, lock, tls, Arc, AtomicBool, Mutex, Ordering};
 

@@ -94,6 +94,214 @@ impl<T: Copy> OwnerCell<T> {
     }
 }
 
+/// The epoch-based reclamation the `Epoch` backend and [`crate::collector`] pin and defer
+/// through: crossbeam-epoch's, except in a dependent's loom build.
+///
+/// crossbeam-epoch builds on loom's primitives only under its own `--cfg crossbeam_loom` (the
+/// crate's own models pass it, with `crossbeam_sanitize`). A crate that depends on ranklocal and
+/// model-checks its own code passes `--cfg loom` alone: crossbeam-epoch would then synchronize on
+/// std atomics that loom does not see, while the versions it protects hold loom's, and loom
+/// reports a false causality violation inside ranklocal. In that build (*dependent mode*,
+/// `cfg(all(loom, not(crossbeam_loom)))`) this module is a small quiescence collector made of
+/// loom primitives only (design.md, "Loom for dependents").
+pub(crate) mod epoch {
+    #[cfg(not(all(loom, not(crossbeam_loom))))]
+    pub(crate) use crossbeam_epoch::{unprotected, Atomic, Collector, Guard, LocalHandle, Shared};
+
+    #[cfg(all(loom, not(crossbeam_loom)))]
+    pub(crate) use self::quiescent::{unprotected, Atomic, Collector, Guard, LocalHandle, Shared};
+
+    /// Dependent mode's collector: one loom mutex counts the threads that hold a pin; a deferred
+    /// closure runs when that count drops to zero (at once if it is zero): every pin alive when it
+    /// was deferred has ended by then, which is all crossbeam-epoch promises. Coarser (a closure
+    /// waits for pins taken after it too) and slower, but every edge it relies on is a loom
+    /// mutex's, so loom sees why a freed version is no longer read. Only the API the crate uses.
+    #[cfg(all(loom, not(crossbeam_loom)))]
+    mod quiescent {
+        use core::cell::Cell;
+        use core::marker::PhantomData;
+        use std::rc::Rc;
+
+        use super::super::{lock, Arc, AtomicPtr, Mutex, Ordering};
+
+        type Deferred = Box<dyn FnOnce() + Send>;
+
+        /// Threads pinned now, and what waits for them all to unpin.
+        struct State {
+            pinned: usize,
+            deferred: Vec<Deferred>,
+        }
+
+        /// The collector: a handle on the shared [`State`].
+        pub struct Collector {
+            state: Arc<Mutex<State>>,
+        }
+
+        impl Collector {
+            pub(crate) fn new() -> Self {
+                Collector {
+                    state: Arc::new(Mutex::new(State {
+                        pinned: 0,
+                        deferred: Vec::new(),
+                    })),
+                }
+            }
+
+            /// A participant for the calling thread.
+            pub(crate) fn register(&self) -> LocalHandle {
+                LocalHandle {
+                    local: Rc::new(Local {
+                        state: Arc::clone(&self.state),
+                        guards: Cell::new(0),
+                    }),
+                }
+            }
+        }
+
+        /// A thread's participant: how many of its guards are alive (only the outermost counts
+        /// in [`State::pinned`]). Thread-confined (`Rc`), as crossbeam's.
+        struct Local {
+            state: Arc<Mutex<State>>,
+            guards: Cell<usize>,
+        }
+
+        pub struct LocalHandle {
+            local: Rc<Local>,
+        }
+
+        impl LocalHandle {
+            pub(crate) fn pin(&self) -> Guard {
+                let n = self.local.guards.get();
+                if n == 0 {
+                    lock(&self.local.state).pinned += 1;
+                }
+                self.local.guards.set(n + 1);
+                Guard {
+                    local: Some(Rc::clone(&self.local)),
+                }
+            }
+
+            pub(crate) fn is_pinned(&self) -> bool {
+                self.local.guards.get() > 0
+            }
+        }
+
+        /// A pin; `local` is `None` for [`unprotected`]'s.
+        pub struct Guard {
+            local: Option<Rc<Local>>,
+        }
+
+        impl Guard {
+            /// Runs `f` once every thread pinned now has unpinned; at once under
+            /// [`unprotected`].
+            ///
+            /// # Safety
+            /// As crossbeam's: what `f` touches stays valid until it runs.
+            pub(crate) unsafe fn defer_unchecked<F: FnOnce() + Send + 'static>(&self, f: F) {
+                match &self.local {
+                    Some(l) => lock(&l.state).deferred.push(Box::new(f)),
+                    None => f(),
+                }
+            }
+
+            /// Nothing to hand over: deferred closures go to the shared state at once.
+            pub(crate) fn flush(&self) {}
+        }
+
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                let Some(l) = self.local.take() else {
+                    return;
+                };
+                let n = l.guards.get() - 1;
+                l.guards.set(n);
+                if n == 0 {
+                    let due = {
+                        let mut s = lock(&l.state);
+                        s.pinned -= 1;
+                        if s.pinned == 0 {
+                            core::mem::take(&mut s.deferred)
+                        } else {
+                            Vec::new()
+                        }
+                    };
+                    for f in due {
+                        f(); // the crate's closures: no user code, no lock of the collector
+                    }
+                }
+            }
+        }
+
+        /// A guard that protects nothing, for accesses something else keeps alive.
+        ///
+        /// # Safety
+        /// As crossbeam's.
+        pub(crate) unsafe fn unprotected() -> &'static Guard {
+            const UNPROTECTED: &Guard = &Guard { local: None };
+            UNPROTECTED
+        }
+
+        /// An atomic pointer loaded under a [`Guard`].
+        pub struct Atomic<T> {
+            ptr: AtomicPtr<T>,
+        }
+
+        impl<T> Atomic<T> {
+            pub(crate) fn null() -> Self {
+                Atomic {
+                    ptr: AtomicPtr::new(core::ptr::null_mut()),
+                }
+            }
+
+            pub(crate) fn load<'g>(&self, ord: Ordering, _guard: &'g Guard) -> Shared<'g, T> {
+                Shared {
+                    ptr: self.ptr.load(ord),
+                    _guard: PhantomData,
+                }
+            }
+
+            pub(crate) fn store(&self, new: Shared<'_, T>, ord: Ordering) {
+                self.ptr.store(new.ptr, ord);
+            }
+        }
+
+        /// A pointer loaded under a guard of lifetime `'g`.
+        pub struct Shared<'g, T> {
+            ptr: *mut T,
+            _guard: PhantomData<&'g T>,
+        }
+
+        impl<'g, T> Shared<'g, T> {
+            pub(crate) fn null() -> Self {
+                Shared {
+                    ptr: core::ptr::null_mut(),
+                    _guard: PhantomData,
+                }
+            }
+
+            pub(crate) fn as_raw(&self) -> *const T {
+                self.ptr
+            }
+
+            /// # Safety
+            /// As crossbeam's: the pointee is alive for `'g`.
+            pub(crate) unsafe fn as_ref(&self) -> Option<&'g T> {
+                // SAFETY: the caller's contract: non-null means alive for `'g`.
+                unsafe { self.ptr.as_ref() }
+            }
+        }
+
+        impl<T> From<*const T> for Shared<'_, T> {
+            fn from(p: *const T) -> Self {
+                Shared {
+                    ptr: p.cast_mut(),
+                    _guard: PhantomData,
+                }
+            }
+        }
+    }
+}
+
 /// The key type of a [`tls!`] thread-local (only the `rank_local!` form names it, and that form
 /// does not exist under loom).
 #[cfg(not(loom))]

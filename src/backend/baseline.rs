@@ -118,7 +118,7 @@ impl Backend for Baseline {
     unsafe fn get_pinned(
         map: &BaselineMap,
         rank: u64,
-        _guard: &crossbeam_epoch::Guard,
+        _guard: &crate::primitive::epoch::Guard,
     ) -> Option<Erased> {
         Self::get(map, rank)
     }

@@ -27,7 +27,7 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crossbeam_epoch::{self as epoch, Atomic, Shared};
+use crate::primitive::epoch::{self, Atomic, Shared};
 
 use super::{Backend, Sealed};
 use crate::collector::{self, pin, Flush, Retired};

@@ -113,7 +113,7 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     unsafe fn get_pinned(
         map: &Self::Map,
         rank: u64,
-        guard: &crossbeam_epoch::Guard,
+        guard: &crate::primitive::epoch::Guard,
     ) -> Option<Erased>;
 
     /// The entry for `rank`, looked up by the map's serialized writer without any protection of
