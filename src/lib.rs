@@ -233,7 +233,7 @@ mod delegation;
 mod erased;
 mod fifo;
 mod identity;
-#[cfg(not(loom))]
+#[cfg(not(all(loom, crossbeam_loom)))]
 mod key;
 mod primitive;
 mod rank_local;
@@ -244,12 +244,12 @@ pub use crate::backend::ArcSwap;
 pub use crate::backend::{Backend, Baseline, Epoch};
 pub use crate::delegation::{on_behalf_of, OnBehalfExt, OnBehalfOf};
 pub use crate::identity::{Rank, RankId};
-#[cfg(not(loom))]
+#[cfg(not(all(loom, crossbeam_loom)))]
 pub use crate::key::RankLocalKey;
 pub use crate::rank_local::{AccessError, Iter, IterMut, OwnRef, RankLocal, Reader, SyncValue};
 
 #[doc(hidden)]
-#[cfg(not(loom))]
+#[cfg(not(all(loom, crossbeam_loom)))]
 pub use crate::key::__private;
 
 #[doc(hidden)]

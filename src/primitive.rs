@@ -329,10 +329,207 @@ pub(crate) mod epoch {
     }
 }
 
+/// A part of a `RankLocal` (its core, its writer lock, its condition variable): the part itself
+/// everywhere but in dependent mode, where it is a [`ModelLazy`] so that `RankLocal::new` is
+/// `const` there and a `static RankLocal` (or a `rank_local!` key) can be model-checked.
+#[cfg(not(all(loom, not(crossbeam_loom))))]
+pub(crate) type Part<X> = X;
+
+/// See the other definition.
+#[cfg(all(loom, not(crossbeam_loom)))]
+pub(crate) type Part<X> = model_lazy::ModelLazy<X>;
+
+#[cfg(all(loom, not(crossbeam_loom)))]
+pub(crate) use self::model_lazy::ModelLazy;
+
+/// Dependent mode's lazily built parts (design.md, "Loom for dependents").
+#[cfg(all(loom, not(crossbeam_loom)))]
+mod model_lazy {
+    use core::marker::PhantomData;
+    use core::ptr::NonNull;
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+
+    /// A value built by `init` on first use in each loom execution, like a `loom::lazy_static!`
+    /// (which needs a `&'static` and cannot be dropped early). It lives in the running execution's
+    /// registry, under an id the `ModelLazy` draws on its first use and keeps when moved; its
+    /// drop drops the value, and the registry drops at the end of the execution whatever is left:
+    /// the parts of `static` `RankLocal`s, rebuilt by the next execution. A static's values are
+    /// kept (a static is never dropped), as in a program: the parts hold instances by pointer only.
+    pub struct ModelLazy<X> {
+        init: fn() -> X,
+        /// 0 until first used; then this value's key in every execution's registry.
+        id: StdAtomicU64,
+        /// Owns an `X` (drop check, auto traits), held in the registry.
+        _x: PhantomData<X>,
+    }
+
+    /// A registered value: a leaked `Box<X>`, how to drop it, and its publication.
+    struct Entry {
+        ptr: NonNull<()>,
+        drop: unsafe fn(NonNull<()>),
+        /// What orders the value's construction (its loom primitives' creation, which loom
+        /// counts as writes) before every other thread's use: the thread that built it
+        /// initializes this `loom::lazy_static` right after, and every use reads it (a `Once`'s
+        /// Release and Acquire, as a static's initialization before `main` would give). One per
+        /// value, so it orders nothing else; leaked (a few bytes per value and execution) so that
+        /// its address, loom's key, is never reused.
+        published: &'static loom::lazy_static::Lazy<()>,
+    }
+
+    // SAFETY: only `ModelLazy::get` makes an `Entry`, of an `X: Send` (the bound on its impl).
+    unsafe impl Send for Entry {}
+
+    /// Drops the `Box<X>` an entry holds.
+    ///
+    /// # Safety
+    /// `p` is a `Box<X>` leaked by `ModelLazy::get`, dropped once, with no reference to it left.
+    unsafe fn drop_box<X>(p: NonNull<()>) {
+        // SAFETY: the caller's contract.
+        drop(unsafe { Box::from_raw(p.cast::<X>().as_ptr()) });
+    }
+
+    /// The running execution's parts, by id.
+    struct Registry(std::sync::Mutex<HashMap<u64, Entry>>);
+
+    impl Registry {
+        fn map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
+            self.0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+    }
+
+    impl Drop for Registry {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                // A failed model: loom drops its statics outside the model, where a part's
+                // loom cells could not be touched. Leaked, so the user's own panic is what shows.
+                return;
+            }
+            let map = core::mem::take(
+                self.0
+                    .get_mut()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            for (_, e) in map {
+                // SAFETY: the end of the execution: every `ModelLazy` whose part this is was
+                // never dropped (a static), and no code of this execution runs any more but
+                // other statics' and the main thread's thread-locals' drops, which reach a part
+                // only through `get` (this registry is gone by then: loom panics).
+                unsafe { (e.drop)(e.ptr) };
+            }
+        }
+    }
+
+    loom::lazy_static! {
+        static ref PARTS: Registry = Registry(std::sync::Mutex::new(HashMap::new()));
+    }
+
+    /// The ids `ModelLazy`s draw (never 0), process-wide: a static's id is the same in every
+    /// execution and in concurrent models on other OS threads, whose registries are their own.
+    static NEXT_ID: StdAtomicU64 = StdAtomicU64::new(1);
+
+    impl<X: Send> ModelLazy<X> {
+        pub(crate) const fn new(init: fn() -> X) -> Self {
+            ModelLazy {
+                init,
+                id: StdAtomicU64::new(0),
+                _x: PhantomData,
+            }
+        }
+
+        /// This value's id, drawn on first use.
+        fn id(&self) -> u64 {
+            // Relaxed: the id only has to be unique and, once set, the same for every reader.
+            let id = self.id.load(StdOrdering::Relaxed);
+            if id != 0 {
+                return id;
+            }
+            let new = NEXT_ID.fetch_add(1, StdOrdering::Relaxed);
+            match self
+                .id
+                .compare_exchange(0, new, StdOrdering::Relaxed, StdOrdering::Relaxed)
+            {
+                Ok(_) => new,
+                Err(id) => id,
+            }
+        }
+
+        /// The running execution's value, built now if it has none.
+        fn get(&self) -> NonNull<X> {
+            let id = self.id();
+            let found = PARTS.map().get(&id).map(|e| (e.ptr, e.published));
+            if let Some((ptr, published)) = found {
+                published.get(); // Acquire: the construction happens before this use
+                return ptr.cast();
+            }
+            // Built outside the registry's lock: `init` only makes loom primitives (no loom
+            // operation, so no other loom thread runs until `published` is set below).
+            let ptr = NonNull::from(Box::leak(Box::new((self.init)())));
+            let published: &'static loom::lazy_static::Lazy<()> =
+                Box::leak(Box::new(loom::lazy_static::Lazy {
+                    init: || (),
+                    _p: PhantomData,
+                }));
+            let mut map = PARTS.map();
+            let e = map.entry(id).or_insert(Entry {
+                ptr: ptr.cast(),
+                drop: drop_box::<X>,
+                published,
+            });
+            let (got, published) = (e.ptr.cast(), e.published);
+            drop(map);
+            if got != ptr {
+                // SAFETY: `ptr` was leaked just above and never shared.
+                unsafe { drop_box::<X>(ptr.cast()) };
+            }
+            published.get(); // the builder's Release (first call) or another's Acquire
+            got
+        }
+    }
+
+    impl<X: Send> core::ops::Deref for ModelLazy<X> {
+        type Target = X;
+        fn deref(&self) -> &X {
+            // SAFETY: the entry stays in the registry until `self` is dropped (which `&self`
+            // excludes for the reference's lifetime) or the execution ends (see `Registry`'s
+            // drop): alive for as long as the reference is used by the execution.
+            unsafe { self.get().as_ref() }
+        }
+    }
+
+    impl<X: Send> core::ops::DerefMut for ModelLazy<X> {
+        fn deref_mut(&mut self) -> &mut X {
+            // SAFETY: as in `deref`; `&mut self` makes the reference unique.
+            unsafe { self.get().as_mut() }
+        }
+    }
+
+    impl<X> Drop for ModelLazy<X> {
+        fn drop(&mut self) {
+            let id = *self.id.get_mut();
+            if id == 0 {
+                return; // never built
+            }
+            let e = PARTS.map().remove(&id);
+            if let Some(e) = e {
+                // SAFETY: this `ModelLazy`'s own entry, removed: dropped once, and `&mut self`
+                // excludes any reference to it.
+                unsafe { (e.drop)(e.ptr) };
+            }
+        }
+    }
+}
+
 /// The key type of a [`tls!`] thread-local (only the `rank_local!` form names it, and that form
 /// does not exist under loom).
 #[cfg(not(loom))]
 pub(crate) use std::thread::LocalKey;
+
+/// The same under loom, for `rank_local!` keys in dependent mode: per loom thread.
+#[cfg(all(loom, not(crossbeam_loom)))]
+pub(crate) use loom::thread::LocalKey;
 
 /// Declares a process-wide global: a `static` in normal builds, a `loom::lazy_static!` under loom
 /// (loom primitives cannot be built in a `const` context, and loom resets them per execution).

@@ -35,11 +35,19 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         empty_rank_local!(B::EMPTY, false)
     }
 
-    /// An empty `RankLocal` (not `const` under loom).
-    #[cfg(loom)]
+    /// An empty `RankLocal` (not `const` in the crate's own loom models).
+    #[cfg(all(loom, crossbeam_loom))]
     #[must_use]
     pub fn new() -> Self {
         empty_rank_local!(B::empty(), false)
+    }
+
+    /// An empty `RankLocal` (`const` in a dependent's loom build: built on first use in each
+    /// execution).
+    #[cfg(all(loom, not(crossbeam_loom)))]
+    #[must_use]
+    pub const fn new() -> Self {
+        model_rank_local!(false)
     }
 
     /// An empty `RankLocal` with the `thread_local` crate's lifecycle, made sound: a thread's
@@ -85,11 +93,18 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         empty_rank_local!(B::EMPTY, true)
     }
 
-    /// An empty recycling `RankLocal` (not `const` under loom).
-    #[cfg(loom)]
+    /// An empty recycling `RankLocal` (not `const` in the crate's own loom models).
+    #[cfg(all(loom, crossbeam_loom))]
     #[must_use]
     pub fn recycling() -> Self {
         empty_rank_local!(B::empty(), true)
+    }
+
+    /// An empty recycling `RankLocal` (`const` in a dependent's loom build).
+    #[cfg(all(loom, not(crossbeam_loom)))]
+    #[must_use]
+    pub const fn recycling() -> Self {
+        model_rank_local!(true)
     }
 
     /// An empty `RankLocal`, for code ported from the `thread_local` crate's

@@ -1,10 +1,10 @@
 //! loom models of this crate's code. Run with `RUSTFLAGS="--cfg loom" cargo test --release`
-//! (see README's "Loom for dependents" in ranklocal); without `--cfg loom` this file is empty.
+//! (ranklocal's README, "Loom for dependents"); without `--cfg loom` this file is empty.
 #![cfg(loom)]
 
 use loom::sync::Arc;
 use loom::thread;
-use loom_dependent::Steps;
+use loom_dependent::{bytes_sent, send, Steps, MESSAGES};
 use ranklocal::{on_behalf_of, RankId};
 
 /// A rank's own thread and a delegate acting for it record a step at once: both count.
@@ -20,5 +20,24 @@ fn owner_and_delegate_steps_add_up() {
         steps.record();
         delegate.join().unwrap();
         assert_eq!(steps.of(me), 2, "a step of rank {me} was lost");
+    });
+}
+
+/// The same on the statics, a `static RankLocal` and a `rank_local!` key: ranklocal builds them
+/// afresh in each execution, so each starts from zero.
+#[test]
+fn owner_and_delegate_sends_add_up_in_statics() {
+    loom::model(|| {
+        let me = RankId::current();
+        let delegate = thread::spawn(move || on_behalf_of(me, || send(3)));
+        send(4);
+        delegate.join().unwrap();
+        assert_eq!(bytes_sent(me), 7, "bytes rank {me} sent were lost");
+        let messages = MESSAGES.with_for(me, |n| n.load(loom::sync::atomic::Ordering::SeqCst));
+        assert_eq!(
+            messages,
+            Some(2),
+            "a message rank {me} sent was not counted"
+        );
     });
 }
