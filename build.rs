@@ -1,7 +1,8 @@
 //! Probes the compiler, as `autocfg` users do, for what the crate uses where it exists but does
 //! not need: `cfg(ranklocal_diagnostic)` when `#[diagnostic::on_unimplemented]` is there (Rust
 //! 1.78), so the `SyncValue` and `rank_local!` notes show on compilers that have it while the
-//! crate still builds on its `rust-version`, 1.65.
+//! crate still builds on its `rust-version`, 1.65. Also sets `cfg(ranklocal_loom)` for a loom
+//! build (below).
 
 use std::env;
 use std::process::Command;
@@ -11,6 +12,13 @@ fn main() {
     println!("cargo:rerun-if-env-changed=RUSTC");
     if minor().map_or(false, |m| m >= 78) {
         println!("cargo:rustc-cfg=ranklocal_diagnostic");
+    }
+    // The crate builds on loom's primitives only with both `--cfg loom` (which RUSTFLAGS gives
+    // every crate of the build) and its `loom` feature (which brings loom in): the sources test
+    // `cfg(ranklocal_loom)`, so that `--cfg loom` alone fails with the one error src/lib.rs
+    // states, not with every use of the missing crate.
+    if env::var_os("CARGO_CFG_LOOM").is_some() && env::var_os("CARGO_FEATURE_LOOM").is_some() {
+        println!("cargo:rustc-cfg=ranklocal_loom");
     }
 }
 

@@ -617,18 +617,18 @@ pub mod __private {
     pub use super::{KeyStorage, RankLocalValue};
     /// In a dependent's loom build, loom's (per loom thread, reset per execution), which has no
     /// `const { }` initializer: the one form `rank_local!` uses is accepted and built lazily.
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     pub use crate::__ranklocal_loom_thread_local as thread_local;
     pub use core::cell::Cell;
     pub use core::option::Option;
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     pub use loom;
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     pub use std::thread_local;
 }
 
 /// `rank_local!`'s slot under loom (dependent mode); not public API.
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __ranklocal_loom_thread_local {

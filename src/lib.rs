@@ -224,8 +224,10 @@
 #![warn(missing_docs)]
 
 // `--cfg loom` reaches every crate of the build (RUSTFLAGS), so a dependent that model-checks its own
-// code builds this crate with it: name the one thing missing. The reverse (the feature without the
-// cfg) is allowed: it changes nothing, and `--all-features` builds (docs.rs, clippy) turn it on.
+// code builds this crate with it: name the one thing missing (the rest of the crate then builds on
+// std, build.rs setting `ranklocal_loom` only with both, so this is the only error). The reverse
+// (the feature without the cfg) is allowed: it changes nothing, and `--all-features` builds
+// (docs.rs, clippy) turn it on.
 #[cfg(all(loom, not(feature = "loom")))]
 compile_error!(
     "ranklocal is built with `--cfg loom` but without its `loom` feature. A crate whose loom tests \
@@ -244,27 +246,27 @@ mod delegation;
 mod erased;
 mod fifo;
 mod identity;
-#[cfg(not(all(loom, crossbeam_loom)))]
+#[cfg(not(all(ranklocal_loom, crossbeam_loom)))]
 mod key;
 mod primitive;
 mod rank_local;
 mod trie;
 
-#[cfg(all(feature = "arc-swap", not(loom)))]
+#[cfg(all(feature = "arc-swap", not(ranklocal_loom)))]
 pub use crate::backend::ArcSwap;
 pub use crate::backend::{Backend, Baseline, Epoch};
 pub use crate::delegation::{on_behalf_of, OnBehalfExt, OnBehalfOf};
 pub use crate::identity::{Rank, RankId};
-#[cfg(not(all(loom, crossbeam_loom)))]
+#[cfg(not(all(ranklocal_loom, crossbeam_loom)))]
 pub use crate::key::RankLocalKey;
 pub use crate::rank_local::{AccessError, Iter, IterMut, OwnRef, RankLocal, Reader, SyncValue};
 
 #[doc(hidden)]
-#[cfg(not(all(loom, crossbeam_loom)))]
+#[cfg(not(all(ranklocal_loom, crossbeam_loom)))]
 pub use crate::key::__private;
 
 #[doc(hidden)]
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 pub use crate::identity::{__loom_exit_thread, __loom_register_thread};
 
 #[doc = include_str!("../papers/design.md")]

@@ -15,17 +15,17 @@
 
 #![allow(clippy::disallowed_types, clippy::disallowed_macros)]
 
-#[cfg(not(loom))]
+#[cfg(not(ranklocal_loom))]
 pub(crate) use std::sync::{
     atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering},
     Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 /// Only the `ArcSwap` backend (feature `arc-swap`, absent under loom) needs a fence.
-#[cfg(all(not(loom), feature = "arc-swap"))]
+#[cfg(all(not(ranklocal_loom), feature = "arc-swap"))]
 pub(crate) use std::sync::atomic::fence;
 
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 pub(crate) use loom::sync::{
     atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
@@ -37,25 +37,25 @@ pub(crate) use loom::sync::{
 /// model, where dropping a loom `Arc` panics again and aborts the test binary (what the user must
 /// see is their own assertion and the test summary). Nothing the crate keeps in an `Arc` is read
 /// through a loom cell by its drop, so loom loses no check of the dependent's code.
-#[cfg(all(loom, crossbeam_loom))]
+#[cfg(all(ranklocal_loom, crossbeam_loom))]
 pub(crate) use loom::sync::Arc;
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 pub(crate) use std::sync::Arc;
 
 /// Under loom only: the trie's reclamation canaries (see `trie::Canary`).
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 pub(crate) use loom::cell::UnsafeCell;
 
 /// Under loom only: the trie's leak canaries (see `trie::Canary`). In dependent mode a no-op, for
 /// the reason [`Arc`] is std's there: a failed model drops trie nodes outside the model.
-#[cfg(all(loom, crossbeam_loom))]
+#[cfg(all(ranklocal_loom, crossbeam_loom))]
 pub(crate) use loom::alloc::Track;
 
 /// [`Track`] in dependent mode: holds the value, tracks nothing.
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 pub(crate) struct Track<T>(#[allow(dead_code)] T);
 
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 impl<T> Track<T> {
     pub(crate) fn new(v: T) -> Track<T> {
         Track(v)
@@ -67,9 +67,9 @@ impl<T> Track<T> {
 /// synchronization of its own. A std `UnsafeCell` normally, loom's under loom, so that loom
 /// reports two threads touching it without a happens-before edge.
 pub(crate) struct OwnerCell<T: Copy> {
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     cell: core::cell::UnsafeCell<T>,
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     cell: loom::cell::UnsafeCell<T>,
 }
 
@@ -81,9 +81,9 @@ unsafe impl<T: Copy + Send> Sync for OwnerCell<T> {}
 impl<T: Copy> OwnerCell<T> {
     pub(crate) fn new(v: T) -> Self {
         OwnerCell {
-            #[cfg(not(loom))]
+            #[cfg(not(ranklocal_loom))]
             cell: core::cell::UnsafeCell::new(v),
-            #[cfg(loom)]
+            #[cfg(ranklocal_loom)]
             cell: loom::cell::UnsafeCell::new(v),
         }
     }
@@ -95,10 +95,10 @@ impl<T: Copy> OwnerCell<T> {
     /// happens before this read.
     #[inline]
     pub(crate) unsafe fn get(&self) -> T {
-        #[cfg(not(loom))]
+        #[cfg(not(ranklocal_loom))]
         // SAFETY: the caller's contract: no write races this read.
         return unsafe { *self.cell.get() };
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         // SAFETY: as above.
         return self.cell.with(|p| unsafe { *p });
     }
@@ -110,12 +110,12 @@ impl<T: Copy> OwnerCell<T> {
     /// thread happens before this write.
     #[inline]
     pub(crate) unsafe fn set(&self, v: T) {
-        #[cfg(not(loom))]
+        #[cfg(not(ranklocal_loom))]
         // SAFETY: the caller's contract: no access races this write.
         unsafe {
             *self.cell.get() = v;
         }
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         // SAFETY: as above.
         self.cell.with_mut(|p| unsafe { *p = v });
     }
@@ -132,10 +132,10 @@ impl<T: Copy> OwnerCell<T> {
 /// `cfg(all(loom, not(crossbeam_loom)))`) this module is a small quiescence collector made of
 /// loom primitives only (design.md, "Loom for dependents").
 pub(crate) mod epoch {
-    #[cfg(not(all(loom, not(crossbeam_loom))))]
+    #[cfg(not(all(ranklocal_loom, not(crossbeam_loom))))]
     pub(crate) use crossbeam_epoch::{unprotected, Atomic, Collector, Guard, LocalHandle, Shared};
 
-    #[cfg(all(loom, not(crossbeam_loom)))]
+    #[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
     pub(crate) use self::quiescent::{unprotected, Atomic, Collector, Guard, LocalHandle, Shared};
 
     /// Dependent mode's collector: one loom mutex counts the threads that hold a pin; a deferred
@@ -143,7 +143,7 @@ pub(crate) mod epoch {
     /// was deferred has ended by then, which is all crossbeam-epoch promises. Coarser (a closure
     /// waits for pins taken after it too) and slower, but every edge it relies on is a loom
     /// mutex's, so loom sees why a freed version is no longer read. Only the API the crate uses.
-    #[cfg(all(loom, not(crossbeam_loom)))]
+    #[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
     mod quiescent {
         use core::cell::Cell;
         use core::marker::PhantomData;
@@ -332,18 +332,18 @@ pub(crate) mod epoch {
 /// A part of a `RankLocal` (its core, its writer lock, its condition variable): the part itself
 /// everywhere but in dependent mode, where it is a [`ModelLazy`] so that `RankLocal::new` is
 /// `const` there and a `static RankLocal` (or a `rank_local!` key) can be model-checked.
-#[cfg(not(all(loom, not(crossbeam_loom))))]
+#[cfg(not(all(ranklocal_loom, not(crossbeam_loom))))]
 pub(crate) type Part<X> = X;
 
 /// See the other definition.
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 pub(crate) type Part<X> = model_lazy::ModelLazy<X>;
 
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 pub(crate) use self::model_lazy::ModelLazy;
 
 /// Dependent mode's lazily built parts (design.md, "Loom for dependents").
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 mod model_lazy {
     use core::marker::PhantomData;
     use core::ptr::NonNull;
@@ -524,21 +524,21 @@ mod model_lazy {
 
 /// The key type of a [`tls!`] thread-local (only the `rank_local!` form names it, and that form
 /// does not exist under loom).
-#[cfg(not(loom))]
+#[cfg(not(ranklocal_loom))]
 pub(crate) use std::thread::LocalKey;
 
 /// The same under loom, for `rank_local!` keys in dependent mode: per loom thread.
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 pub(crate) use loom::thread::LocalKey;
 
 /// Declares a process-wide global: a `static` in normal builds, a `loom::lazy_static!` under loom
 /// (loom primitives cannot be built in a `const` context, and loom resets them per execution).
 macro_rules! global {
     ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
-        #[cfg(not(loom))]
+        #[cfg(not(ranklocal_loom))]
         $(#[$attr])*
         static $name: $ty = $init;
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         loom::lazy_static! {
             $(#[$attr])*
             static ref $name: $ty = $init;
@@ -552,10 +552,10 @@ pub(crate) use global;
 /// (reset per execution).
 macro_rules! lazy_global {
     ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
-        #[cfg(not(loom))]
+        #[cfg(not(ranklocal_loom))]
         $(#[$attr])*
         static $name: once_cell::sync::Lazy<$ty> = once_cell::sync::Lazy::new(|| $init);
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         loom::lazy_static! {
             $(#[$attr])*
             static ref $name: $ty = $init;
@@ -569,24 +569,24 @@ pub(crate) use lazy_global;
 /// loom thread-local under loom.
 macro_rules! tls {
     ($(#[$attr:meta])* static $name:ident: $ty:ty = const { $init:expr };) => {
-        #[cfg(not(loom))]
+        #[cfg(not(ranklocal_loom))]
         std::thread_local! {
             $(#[$attr])*
             static $name: $ty = const { $init };
         }
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         loom::thread_local! {
             $(#[$attr])*
             static $name: $ty = $init;
         }
     };
     ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
-        #[cfg(not(loom))]
+        #[cfg(not(ranklocal_loom))]
         std::thread_local! {
             $(#[$attr])*
             static $name: $ty = $init;
         }
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         loom::thread_local! {
             $(#[$attr])*
             static $name: $ty = $init;

@@ -91,11 +91,11 @@ impl Backend for Baseline {
     type Map = BaselineMap;
     type Iter<'a> = std::vec::IntoIter<(u64, Erased)>;
 
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
     const EMPTY: BaselineMap = RwLock::new(Table(None));
 
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     fn empty() -> BaselineMap {
         RwLock::new(Table(None))
     }

@@ -314,7 +314,7 @@ impl Backend for Epoch {
     type Map = EpochMap;
     type Iter<'a> = EpochIter<'a>;
 
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
     const EMPTY: EpochMap = EpochMap {
         head: Atomic::null(),
@@ -322,7 +322,7 @@ impl Backend for Epoch {
         len: AtomicUsize::new(0),
     };
 
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     fn empty() -> EpochMap {
         EpochMap {
             head: Atomic::null(),

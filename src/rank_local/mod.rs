@@ -33,11 +33,11 @@
 // visits, owner-only access, iteration, reclamation.
 #![deny(unsafe_code)]
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 mod cache_tests;
 mod init;
 mod raw;
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 mod tests;
 
 use core::marker::PhantomData;
@@ -153,7 +153,7 @@ pub struct RankLocal<T, B: Backend = Epoch> {
     /// Signalled whenever a claim ends (`init`).
     claim_ended: Part<Condvar>,
     /// Set once a debug build warned about values kept for exited ranks (`kept`).
-    #[cfg(all(debug_assertions, not(loom)))]
+    #[cfg(all(debug_assertions, not(ranklocal_loom)))]
     kept_warned: crate::primitive::AtomicBool,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
@@ -173,7 +173,7 @@ struct Writer {
 }
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
-#[cfg(not(all(loom, not(crossbeam_loom))))]
+#[cfg(not(all(ranklocal_loom, not(crossbeam_loom))))]
 macro_rules! empty_rank_local {
     ($map:expr, $recycling:expr) => {
         $crate::rank_local::RankLocal {
@@ -186,7 +186,7 @@ macro_rules! empty_rank_local {
                 },
             )),
             claim_ended: $crate::primitive::Condvar::new(),
-            #[cfg(all(debug_assertions, not(loom)))]
+            #[cfg(all(debug_assertions, not(ranklocal_loom)))]
             kept_warned: $crate::primitive::AtomicBool::new(false),
             _owns: core::marker::PhantomData,
         }
@@ -195,7 +195,7 @@ macro_rules! empty_rank_local {
 
 /// Builds an empty `RankLocal` in dependent mode (`--cfg loom` without `crossbeam_loom`): `const`,
 /// its parts built on first use in each loom execution ([`crate::primitive::ModelLazy`]).
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 macro_rules! model_rank_local {
     ($recycling:literal) => {
         $crate::rank_local::RankLocal {
@@ -210,13 +210,13 @@ macro_rules! model_rank_local {
 }
 
 /// A dependent-mode `RankLocal`'s core ([`model_rank_local!`]).
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 fn model_core<T, B: Backend, const RECYCLING: bool>() -> raw::Core<T, B> {
     raw::Core::new(B::empty(), RECYCLING)
 }
 
 /// A dependent-mode `RankLocal`'s writer lock ([`model_rank_local!`]).
-#[cfg(all(loom, not(crossbeam_loom)))]
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
 fn model_writer<T>() -> Mutex<raw::Guarded<T>> {
     Mutex::new(raw::Guarded::new(Writer {
         claims: Vec::new(),
