@@ -2,14 +2,20 @@
 //!
 //! Every atomic, `UnsafeCell`-like cell, lock, global and thread-local the crate uses comes from
 //! here (crossbeam-epoch's `primitive` module is the model). In a normal build they are std's; under
-//! `--cfg loom` they are loom's, so that loom sees every shared access and every thread-local is
-//! per *loom* thread (a std thread-local under loom would silently model all threads as one).
-//! `clippy-loom.toml` forbids the std versions under the loom cfgs, so a bypass fails CI.
+//! `--cfg loom` with the `loom` feature (`cfg(ranklocal_loom)`, set by build.rs) they are loom's,
+//! so that loom sees every shared access and every thread-local is per *loom* thread (a std
+//! thread-local under loom would silently model all threads as one). `clippy-loom.toml` forbids
+//! the std versions under the loom cfgs, so a bypass fails CI.
+//!
+//! Two loom builds: the crate's own models (`--cfg crossbeam_loom` too: crossbeam-epoch on loom)
+//! and a dependent's (*dependent mode*, without it), where [`epoch`] is the crate's own loom-made
+//! collector, [`Arc`] std's and a `RankLocal`'s parts `ModelLazy` (design.md, "Loom for
+//! dependents").
 //!
 //! Two differences loom forces on the rest of the crate:
 //! - loom's atomics and locks are not `const`, so globals are declared with [`global!`] (a plain
 //!   `static` normally, `loom::lazy_static!` under loom) and `RankLocal::new` is only `const` in
-//!   normal builds;
+//!   normal builds and dependent mode;
 //! - loom's `thread_local!` has no `const { }` initializer, so thread-locals are declared with
 //!   [`tls!`], which keeps the `const` form (no lazy-init check, no destructor) in normal builds.
 
@@ -330,7 +336,7 @@ pub(crate) mod epoch {
 }
 
 /// A part of a `RankLocal` (its core, its writer lock, its condition variable): the part itself
-/// everywhere but in dependent mode, where it is a [`ModelLazy`] so that `RankLocal::new` is
+/// everywhere but in dependent mode, where it is a `ModelLazy` so that `RankLocal::new` is
 /// `const` there and a `static RankLocal` (or a `rank_local!` key) can be model-checked.
 #[cfg(not(all(ranklocal_loom, not(crossbeam_loom))))]
 pub(crate) type Part<X> = X;
