@@ -24,10 +24,13 @@ fn owner_and_delegate_steps_add_up() {
 }
 
 /// The same on the statics, a `static RankLocal` and a `rank_local!` key: ranklocal builds them
-/// afresh in each execution, so each starts from zero.
+/// afresh in each execution, so each starts from zero, whichever thread uses them first.
 #[test]
 fn owner_and_delegate_sends_add_up_in_statics() {
     loom::model(|| {
+        // Something of ranklocal's in use before the delegate starts: a static the delegate then
+        // builds first is ordered before the owner's use by nothing else than ranklocal itself.
+        Steps::new().record();
         let me = RankId::current();
         let delegate = thread::spawn(move || on_behalf_of(me, || send(3)));
         send(4);
