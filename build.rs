@@ -4,6 +4,7 @@
 //! crate still builds on its `rust-version`, 1.65; and `cfg(ranklocal_do_not_recommend)` when
 //! `#[diagnostic::do_not_recommend]` is (Rust 1.85), so that those notes also show for a struct
 //! that holds a `Cell` (without it the compiler reports the field's own `Sync` error, std's).
+//! Also sets `cfg(ranklocal_loom)` for a loom build (below).
 
 use std::env;
 use std::process::Command;
@@ -17,6 +18,13 @@ fn main() {
     }
     if minor.map_or(false, |m| m >= 85) {
         println!("cargo:rustc-cfg=ranklocal_do_not_recommend");
+    }
+    // The crate builds on loom's primitives only with both `--cfg loom` (which RUSTFLAGS gives
+    // every crate of the build) and its `loom` feature (which brings loom in): the sources test
+    // `cfg(ranklocal_loom)`, so that `--cfg loom` alone fails with the one error src/lib.rs
+    // states, not with every use of the missing crate.
+    if env::var_os("CARGO_CFG_LOOM").is_some() && env::var_os("CARGO_FEATURE_LOOM").is_some() {
+        println!("cargo:rustc-cfg=ranklocal_loom");
     }
 }
 

@@ -80,13 +80,13 @@ pub(crate) struct AtomicUid(AtomicU64);
 
 impl AtomicUid {
     /// A cell holding `uid` (`const` except under loom, whose atomics are not).
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     pub(crate) const fn new(uid: Uid) -> Self {
         AtomicUid(AtomicU64::new(uid.get()))
     }
 
     /// A cell holding `uid`.
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     pub(crate) fn new(uid: Uid) -> Self {
         AtomicUid(AtomicU64::new(uid.get()))
     }

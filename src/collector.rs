@@ -16,7 +16,7 @@ use core::cell::{Cell, RefCell};
 use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 
-use crossbeam_epoch::{Collector, Guard, LocalHandle};
+use crate::primitive::epoch::{Collector, Guard, LocalHandle};
 
 use crate::primitive::{lazy_global, lock, tls, Arc, AtomicBool, Mutex, Ordering};
 
@@ -60,7 +60,7 @@ pub(crate) fn registered() -> bool {
 /// were written for (m22 checks the lookup under the writer lock).
 #[inline]
 pub(crate) fn prefers_pin() -> bool {
-    cfg!(loom)
+    cfg!(ranklocal_loom)
         || UNPINNED.with(|n| {
             // 0 once the thread registered, or spent its unpinned lookups
             let left = n.get();
@@ -114,7 +114,7 @@ impl Retired {
 /// replaced `Epoch` version's epoch reference, a sweep's batch token — is deferred through, under
 /// [`RETIRER`] (I37).
 struct Retirer {
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     handle: LocalHandle,
     /// Retired and not yet deferred, in order; at the flush all of them go to the collector as
     /// one deferred closure (one pin and one `defer` per flush, not per retirement). Deferring
@@ -135,9 +135,9 @@ impl Retirer {
     /// the deferral, and Miri and ThreadSanitizer, which run the real retiring participant, check
     /// its moves between threads.
     fn with<R>(&mut self, f: impl FnOnce(&LocalHandle) -> R) -> R {
-        #[cfg(not(loom))]
+        #[cfg(not(ranklocal_loom))]
         let r = f(&self.handle);
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         let r = HANDLE.with(f);
         r
     }
@@ -152,7 +152,7 @@ unsafe impl Send for Retirer {}
 lazy_global! {
     /// The retiring participant (I37).
     static RETIRER: Mutex<Retirer> = Mutex::new(Retirer {
-        #[cfg(not(loom))]
+        #[cfg(not(ranklocal_loom))]
         handle: COLLECTOR.register(),
         pending: Vec::new(),
         unflushed: 0,
@@ -223,7 +223,7 @@ pub(crate) unsafe fn retire(r: Retired, flush: Flush) {
     w.pending.push(r);
     w.unflushed += 1;
     let now = flush == Flush::Now || w.unflushed >= FLUSH_EVERY;
-    if now || cfg!(loom) {
+    if now || cfg!(ranklocal_loom) {
         w.hand_over(now);
     }
 }

@@ -3,14 +3,14 @@
 //! runs only when due — are asserted by counting events on the current thread. Production code
 //! bumps them with [`bump`]; in normal builds the calls compile to nothing.
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 use core::cell::Cell;
 
 /// A per-thread event count.
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 pub(crate) type Counter = std::thread::LocalKey<Cell<u64>>;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 std::thread_local! {
     /// Map lookups made by `RankLocal::lookup_slow` (a thread-cache miss of a plain lookup).
     pub(crate) static MAP_LOOKUPS: Cell<u64> = const { Cell::new(0) };
@@ -49,14 +49,14 @@ std::thread_local! {
 /// Counts one event (unit tests only).
 macro_rules! bump {
     ($counter:ident) => {
-        #[cfg(all(test, not(loom)))]
+        #[cfg(all(test, not(ranklocal_loom)))]
         $crate::counters::$counter.with(|n| n.set(n.get() + 1));
     };
 }
 pub(crate) use bump;
 
 /// The count of `counter` on this thread.
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 pub(crate) fn get(counter: &'static Counter) -> u64 {
     counter.with(Cell::get)
 }

@@ -369,7 +369,7 @@ pub(crate) fn current_raw_or_zero() -> u64 {
 /// `true` when the thread acts for its own rank (not inside `on_behalf_of` another rank).
 /// Also `true` before the thread has an id, when both fields are 0.
 #[inline]
-#[cfg_attr(loom, allow(dead_code))] // only the `rank_local!` form, absent under loom, asks
+#[cfg_attr(ranklocal_loom, allow(dead_code))] // only the `rank_local!` form, absent under loom, asks
 pub(crate) fn acting_as_self() -> bool {
     STATE.with(|s| s.current.get() == s.own.get())
 }
@@ -380,7 +380,7 @@ pub(crate) fn acting_as_self() -> bool {
 /// tracked.
 #[inline]
 pub(crate) fn own_storage_torn_down() -> bool {
-    !cfg!(loom) && STATE.with(|s| s.own.get() != 0 && !s.alive.get())
+    !cfg!(ranklocal_loom) && STATE.with(|s| s.own.get() != 0 && !s.alive.get())
 }
 
 /// This thread's own id, or 0 if it has none yet (a thread-cache lookup with rank 0 misses).
@@ -471,7 +471,7 @@ pub(crate) trait ExitWork {
 
 /// Dropped when the thread exits: runs the registered exit work (which drops the values only
 /// `with_own` reached), then makes its rank exited.
-#[cfg_attr(loom, allow(dead_code))]
+#[cfg_attr(ranklocal_loom, allow(dead_code))]
 struct ExitHook {
     id: u64,
     /// The work registered with [`add_exit_work`] (I39), pruned of dead and repeated ones when
@@ -538,7 +538,7 @@ pub(crate) fn add_exit_work(key: usize, make: impl FnOnce() -> Box<dyn ExitWork>
 }
 
 tls! {
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(ranklocal_loom, allow(dead_code))]
     static EXIT_HOOK: Cell<Option<ExitHook>> = Cell::new(None);
 }
 
@@ -546,10 +546,10 @@ tls! {
 /// thread exits last), so *thread* liveness is not tracked there: every thread rank counts as
 /// exited for `purge_exited`. [`Rank`]s are tracked under loom too (their drop runs inside the
 /// model).
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 fn register_live(_id: u64) {}
 
-#[cfg(not(loom))]
+#[cfg(not(ranklocal_loom))]
 fn register_live(id: u64) {
     live_set().insert(id, Watchers::NEW);
     // A thread that gets its id while it is already being torn down cannot register a hook any
@@ -570,7 +570,7 @@ fn register_live(id: u64) {
 /// Loom only: makes the calling loom thread's own rank live with an exit hook, as a normal build
 /// does at its first use (under loom thread liveness is not tracked, see [`register_live`]), so
 /// that a model can run the owner-only path and the exit work (I39). Not public API.
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 #[doc(hidden)]
 pub fn __loom_register_thread() {
     let id = own_raw();
@@ -586,7 +586,7 @@ pub fn __loom_register_thread() {
 
 /// Loom only: runs the calling loom thread's exit hook now, as its thread-local destructors
 /// would: the exit work, then the exit (I39). Not public API.
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 #[doc(hidden)]
 pub fn __loom_exit_thread() {
     drop(EXIT_HOOK.with(Cell::take));
@@ -603,7 +603,7 @@ pub(crate) fn retain_exited(ranks: &mut Vec<u64>) {
     *ranks = out;
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 mod tests {
     use super::*;
 

@@ -618,9 +618,28 @@ impl<T: core::panic::UnwindSafe + 'static> core::panic::RefUnwindSafe for RankLo
 #[doc(hidden)]
 pub mod __private {
     pub use super::{KeyStorage, RankLocalValue};
+    /// In a dependent's loom build, loom's (per loom thread, reset per execution), which has no
+    /// `const { }` initializer: the one form `rank_local!` uses is accepted and built lazily.
+    #[cfg(ranklocal_loom)]
+    pub use crate::__ranklocal_loom_thread_local as thread_local;
     pub use core::cell::Cell;
     pub use core::option::Option;
+    #[cfg(ranklocal_loom)]
+    pub use loom;
+    #[cfg(not(ranklocal_loom))]
     pub use std::thread_local;
+}
+
+/// `rank_local!`'s slot under loom (dependent mode); not public API.
+#[cfg(ranklocal_loom)]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __ranklocal_loom_thread_local {
+    (static $name:ident: $t:ty = const { $init:expr };) => {
+        $crate::__private::loom::thread_local! {
+            static $name: $t = $init;
+        }
+    };
 }
 
 impl<T: Send + core::fmt::Debug + 'static> core::fmt::Debug for RankLocalKey<T> {

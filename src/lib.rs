@@ -152,10 +152,13 @@
 //!
 //! - `arc-swap` (off by default): the [`ArcSwap`] backend. It exists to be measured against
 //!   [`Epoch`]; without the feature, arc-swap is not compiled.
-//! - `loom` (off by default): the model-checking build of the repository's loom models, with
-//!   `RUSTFLAGS="--cfg loom --cfg crossbeam_loom --cfg crossbeam_sanitize"`. loom is an optional
-//!   dependency, so a crate that depends on `ranklocal` resolves no loom (nor its dependencies)
-//!   unless it turns this on; without the cfgs the feature changes nothing.
+//! - `loom` (off by default): with `RUSTFLAGS="--cfg loom"`, builds the crate on loom's
+//!   primitives so that a dependent's own loom tests can model-check code that uses it, statics
+//!   and `rank_local!` included (README, "Loom for dependents"); `--cfg loom` without the feature
+//!   is a compile error that says so. The repository's own models of the crate's internals add
+//!   `--cfg crossbeam_loom --cfg crossbeam_sanitize` (crossbeam-epoch on loom too). loom is an
+//!   optional dependency, so a crate that depends on `ranklocal` resolves no loom (nor its
+//!   dependencies) unless it turns this on; without the cfg the feature changes nothing.
 //!
 //! # Comparison with similar crates
 //!
@@ -220,8 +223,18 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
+// `--cfg loom` reaches every crate of the build (RUSTFLAGS), so a dependent that model-checks its own
+// code builds this crate with it: name the one thing missing (the rest of the crate then builds on
+// std, build.rs setting `ranklocal_loom` only with both, so this is the only error). The reverse
+// (the feature without the cfg) is allowed: it changes nothing, and `--all-features` builds
+// (docs.rs, clippy) turn it on.
 #[cfg(all(loom, not(feature = "loom")))]
-compile_error!("`--cfg loom` builds the crate on loom's primitives: also pass `--features loom`");
+compile_error!(
+    "ranklocal is built with `--cfg loom` but without its `loom` feature. A crate whose loom tests \
+     use ranklocal adds to its Cargo.toml: [target.'cfg(loom)'.dependencies] \
+     ranklocal = { version = \"0.1\", features = [\"loom\"] } (see ranklocal's README, \
+     \"Loom for dependents\"); in ranklocal's own repository: `--features loom`"
+);
 
 mod backend;
 mod cache;
@@ -233,27 +246,27 @@ mod delegation;
 mod erased;
 mod fifo;
 mod identity;
-#[cfg(not(loom))]
+#[cfg(not(all(ranklocal_loom, crossbeam_loom)))]
 mod key;
 mod primitive;
 mod rank_local;
 mod trie;
 
-#[cfg(all(feature = "arc-swap", not(loom)))]
+#[cfg(all(feature = "arc-swap", not(ranklocal_loom)))]
 pub use crate::backend::ArcSwap;
 pub use crate::backend::{Backend, Baseline, Epoch};
 pub use crate::delegation::{on_behalf_of, OnBehalfExt, OnBehalfOf};
 pub use crate::identity::{Rank, RankId};
-#[cfg(not(loom))]
+#[cfg(not(all(ranklocal_loom, crossbeam_loom)))]
 pub use crate::key::RankLocalKey;
 pub use crate::rank_local::{AccessError, Iter, IterMut, OwnRef, RankLocal, Reader, SyncValue};
 
 #[doc(hidden)]
-#[cfg(not(loom))]
+#[cfg(not(all(ranklocal_loom, crossbeam_loom)))]
 pub use crate::key::__private;
 
 #[doc(hidden)]
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 pub use crate::identity::{__loom_exit_thread, __loom_register_thread};
 
 #[doc = include_str!("../papers/design.md")]

@@ -157,7 +157,7 @@ impl Backend for ArcSwap {
     unsafe fn get_pinned(
         map: &ArcSwapMap,
         rank: u64,
-        _guard: &crossbeam_epoch::Guard,
+        _guard: &crate::primitive::epoch::Guard,
     ) -> Option<Erased> {
         Self::get(map, rank)
     }

@@ -91,11 +91,11 @@ impl Backend for Baseline {
     type Map = BaselineMap;
     type Iter<'a> = std::vec::IntoIter<(u64, Erased)>;
 
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
     const EMPTY: BaselineMap = RwLock::new(Table(None));
 
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     fn empty() -> BaselineMap {
         RwLock::new(Table(None))
     }
@@ -118,7 +118,7 @@ impl Backend for Baseline {
     unsafe fn get_pinned(
         map: &BaselineMap,
         rank: u64,
-        _guard: &crossbeam_epoch::Guard,
+        _guard: &crate::primitive::epoch::Guard,
     ) -> Option<Erased> {
         Self::get(map, rank)
     }

@@ -27,7 +27,7 @@
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 
-use crossbeam_epoch::{self as epoch, Atomic, Shared};
+use crate::primitive::epoch::{self, Atomic, Shared};
 
 use super::{Backend, Sealed};
 use crate::collector::{self, pin, Flush, Retired};
@@ -314,7 +314,7 @@ impl Backend for Epoch {
     type Map = EpochMap;
     type Iter<'a> = EpochIter<'a>;
 
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     #[allow(clippy::declare_interior_mutable_const)] // a fresh map per use is the point
     const EMPTY: EpochMap = EpochMap {
         head: Atomic::null(),
@@ -322,7 +322,7 @@ impl Backend for Epoch {
         len: AtomicUsize::new(0),
     };
 
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     fn empty() -> EpochMap {
         EpochMap {
             head: Atomic::null(),

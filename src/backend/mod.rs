@@ -13,12 +13,12 @@
 //! another `insert`; readers race everything. `Baseline` is the C++ design ported faithfully for
 //! comparison (read lock, then write lock); it is correct, just not lock-free.
 
-#[cfg(all(feature = "arc-swap", not(loom)))]
+#[cfg(all(feature = "arc-swap", not(ranklocal_loom)))]
 mod arc_swap;
 mod baseline;
 mod epoch;
 
-#[cfg(all(feature = "arc-swap", not(loom)))]
+#[cfg(all(feature = "arc-swap", not(ranklocal_loom)))]
 pub use self::arc_swap::ArcSwap;
 pub use self::baseline::Baseline;
 pub use self::epoch::Epoch;
@@ -79,12 +79,12 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
 
     /// An empty map (a `const` so that `RankLocal::new` is `const`).
     #[doc(hidden)]
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     const EMPTY: Self::Map;
 
     /// An empty map (loom's primitives cannot be built in a `const`).
     #[doc(hidden)]
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     fn empty() -> Self::Map;
 
     /// The entry for `rank`. Never blocks on the `Epoch` and `ArcSwap` backends.
@@ -113,7 +113,7 @@ pub trait Backend: Sealed + Sized + Send + Sync + 'static {
     unsafe fn get_pinned(
         map: &Self::Map,
         rank: u64,
-        guard: &crossbeam_epoch::Guard,
+        guard: &crate::primitive::epoch::Guard,
     ) -> Option<Erased>;
 
     /// The entry for `rank`, looked up by the map's serialized writer without any protection of

@@ -36,8 +36,9 @@
 /// Hygiene: the initializer is compiled outside the block that declares the macro's helper items,
 /// so every name in it (`init`, `SLOT`, `INNER`, ...) means the caller's item.
 ///
-/// Not available under `cfg(loom)` (loom cannot build a `static RankLocal`); use
-/// [`RankLocal`](crate::RankLocal) objects there.
+/// Under a dependent's loom build (`--cfg loom` and the `loom` feature) a key, like a `static
+/// RankLocal`, is built afresh in each execution of a model; the crate's own loom models (which
+/// also pass `--cfg crossbeam_loom`) have no keys.
 #[macro_export]
 macro_rules! rank_local {
     () => {};

@@ -29,17 +29,25 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// let scratch: RankLocal<Vec<u8>, Baseline> = RankLocal::new(); // any backend
     /// assert!(BYTES_SENT.is_empty() && scratch.is_empty());
     /// ```
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     #[must_use]
     pub const fn new() -> Self {
         empty_rank_local!(B::EMPTY, false)
     }
 
-    /// An empty `RankLocal` (not `const` under loom).
-    #[cfg(loom)]
+    /// An empty `RankLocal` (not `const` in the crate's own loom models).
+    #[cfg(all(ranklocal_loom, crossbeam_loom))]
     #[must_use]
     pub fn new() -> Self {
         empty_rank_local!(B::empty(), false)
+    }
+
+    /// An empty `RankLocal` (`const` in a dependent's loom build: built on first use in each
+    /// execution).
+    #[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
+    #[must_use]
+    pub const fn new() -> Self {
+        model_rank_local!(false)
     }
 
     /// An empty `RankLocal` with the `thread_local` crate's lifecycle, made sound: a thread's
@@ -79,17 +87,24 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// let total: u64 = tls.into_iter().map(|(_, c)| c.get()).sum();
     /// assert_eq!(total, 5); // every thread counted, after `join`
     /// ```
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     #[must_use]
     pub const fn recycling() -> Self {
         empty_rank_local!(B::EMPTY, true)
     }
 
-    /// An empty recycling `RankLocal` (not `const` under loom).
-    #[cfg(loom)]
+    /// An empty recycling `RankLocal` (not `const` in the crate's own loom models).
+    #[cfg(all(ranklocal_loom, crossbeam_loom))]
     #[must_use]
     pub fn recycling() -> Self {
         empty_rank_local!(B::empty(), true)
+    }
+
+    /// An empty recycling `RankLocal` (`const` in a dependent's loom build).
+    #[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
+    #[must_use]
+    pub const fn recycling() -> Self {
+        model_rank_local!(true)
     }
 
     /// An empty `RankLocal`, for code ported from the `thread_local` crate's

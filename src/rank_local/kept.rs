@@ -9,12 +9,12 @@ use super::raw::Pinned;
 use super::RankLocal;
 use crate::backend::Backend;
 use crate::identity;
-#[cfg(all(debug_assertions, not(loom)))]
+#[cfg(all(debug_assertions, not(ranklocal_loom)))]
 use crate::primitive::Ordering;
 
 /// The smallest map the debug warning looks at: it checks when the number of instances reaches a
 /// power of two from here on.
-#[cfg(all(debug_assertions, not(loom)))]
+#[cfg(all(debug_assertions, not(ranklocal_loom)))]
 const WARN_FROM: usize = 1024;
 
 impl<T: Send, B: Backend> RankLocal<T, B> {
@@ -76,18 +76,18 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// under loom: the models would explore the check's extra lock in every first touch.
     #[inline]
     pub(super) fn check_kept(&self, access: Access) {
-        #[cfg(all(debug_assertions, not(loom)))]
+        #[cfg(all(debug_assertions, not(ranklocal_loom)))]
         if access == Access::Escaped && !self.kept_warned.load(Ordering::Relaxed) {
             let n = self.core.len();
             if n >= WARN_FROM && n.is_power_of_two() {
                 self.warn_kept(n);
             }
         }
-        #[cfg(not(all(debug_assertions, not(loom))))]
+        #[cfg(not(all(debug_assertions, not(ranklocal_loom))))]
         let _ = access;
     }
 
-    #[cfg(all(debug_assertions, not(loom)))]
+    #[cfg(all(debug_assertions, not(ranklocal_loom)))]
     #[cold]
     fn warn_kept(&self, n: usize) {
         let kept = self.kept_exited();

@@ -33,18 +33,18 @@
 // visits, owner-only access, iteration, reclamation.
 #![deny(unsafe_code)]
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 mod cache_tests;
 mod init;
 mod raw;
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ranklocal_loom)))]
 mod tests;
 
 use core::marker::PhantomData;
 
 use crate::backend::{Backend, Epoch};
 use crate::cache;
-use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering};
+use crate::primitive::{global, AtomicU64, Condvar, Mutex, Ordering, Part};
 
 use self::init::Claim;
 pub use self::iter::{Iter, IterMut};
@@ -146,14 +146,14 @@ type Invariant<T> = fn(T) -> T;
 pub struct RankLocal<T, B: Backend = Epoch> {
     /// The map, the thread-cache key and the count of live walks: what `raw`'s protections rely
     /// on, private to it.
-    core: raw::Core<T, B>,
+    core: Part<raw::Core<T, B>>,
     /// The writer lock: serializes every write to the map (I16) and guards what only writers
     /// touch — claims, the sweeper's bookkeeping, the walk count. Readers never take it.
-    writer: Mutex<raw::Guarded<T>>,
+    writer: Part<Mutex<raw::Guarded<T>>>,
     /// Signalled whenever a claim ends (`init`).
-    claim_ended: Condvar,
+    claim_ended: Part<Condvar>,
     /// Set once a debug build warned about values kept for exited ranks (`kept`).
-    #[cfg(all(debug_assertions, not(loom)))]
+    #[cfg(all(debug_assertions, not(ranklocal_loom)))]
     kept_warned: crate::primitive::AtomicBool,
     /// Owns `T`s (drop check; `Send` only if `T: Send`, I7) and makes `RankLocal` *invariant* in
     /// `T` (I9): `fn(T) -> T` is Send, Sync and invariant, so it adds nothing else.
@@ -173,6 +173,7 @@ struct Writer {
 }
 
 /// Builds an empty `RankLocal`; `const` except under loom, whose primitives are not.
+#[cfg(not(all(ranklocal_loom, not(crossbeam_loom))))]
 macro_rules! empty_rank_local {
     ($map:expr, $recycling:expr) => {
         $crate::rank_local::RankLocal {
@@ -185,11 +186,43 @@ macro_rules! empty_rank_local {
                 },
             )),
             claim_ended: $crate::primitive::Condvar::new(),
-            #[cfg(all(debug_assertions, not(loom)))]
+            #[cfg(all(debug_assertions, not(ranklocal_loom)))]
             kept_warned: $crate::primitive::AtomicBool::new(false),
             _owns: core::marker::PhantomData,
         }
     };
+}
+
+/// Builds an empty `RankLocal` in dependent mode (`--cfg loom` without `crossbeam_loom`): `const`,
+/// its parts built on first use in each loom execution ([`crate::primitive::ModelLazy`]).
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
+macro_rules! model_rank_local {
+    ($recycling:literal) => {
+        $crate::rank_local::RankLocal {
+            core: $crate::primitive::ModelLazy::new(
+                $crate::rank_local::model_core::<T, B, $recycling>,
+            ),
+            writer: $crate::primitive::ModelLazy::new($crate::rank_local::model_writer::<T>),
+            claim_ended: $crate::primitive::ModelLazy::new($crate::primitive::Condvar::new),
+            _owns: core::marker::PhantomData,
+        }
+    };
+}
+
+/// A dependent-mode `RankLocal`'s core ([`model_rank_local!`]).
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
+fn model_core<T, B: Backend, const RECYCLING: bool>() -> raw::Core<T, B> {
+    raw::Core::new(B::empty(), RECYCLING)
+}
+
+/// A dependent-mode `RankLocal`'s writer lock ([`model_rank_local!`]).
+#[cfg(all(ranklocal_loom, not(crossbeam_loom)))]
+fn model_writer<T>() -> Mutex<raw::Guarded<T>> {
+    Mutex::new(raw::Guarded::new(Writer {
+        claims: Vec::new(),
+        claim_waiters: 0,
+        sweep: reclaim::Sweep::NEW,
+    }))
 }
 
 // Unwind safety as the `thread_local` crate's `ThreadLocal<T: Send + UnwindSafe>`: a panic that

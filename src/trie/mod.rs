@@ -42,7 +42,7 @@ use crate::erased::Erased;
 /// Reports a read of `_c` to loom (nothing in normal builds).
 macro_rules! canary_read {
     ($e:expr) => {
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         $e.canary.read();
     };
 }
@@ -53,7 +53,7 @@ mod reclaimer;
 mod tests;
 mod version;
 
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 pub(crate) use self::node::Canary;
 use self::node::{fits, height_for, index, low_mask, Node, Scratch, Slot, SlotCell};
 pub(crate) use self::node::{BITS, FANOUT, MAX_HEIGHT};
@@ -264,7 +264,7 @@ impl Trie {
         };
         // Under loom: the caller is about to write this node; a reader inside it would race.
         // SAFETY: just allocated or reachable from the trie, hence alive (I13).
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         unsafe { node.as_ref() }.canary.write();
         node
     }

@@ -5,10 +5,10 @@ use core::ptr::NonNull;
 use crate::primitive::{AtomicPtr, Ordering};
 
 /// Bits of the id consumed per level.
-#[cfg(not(loom))]
+#[cfg(not(ranklocal_loom))]
 pub(crate) const BITS: u32 = 6;
 /// Bits of the id consumed per level (2-way under loom: multi-level tries with few ranks).
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 pub(crate) const BITS: u32 = 1;
 
 /// Slots per node.
@@ -82,7 +82,7 @@ pub(crate) struct Node {
     pub(super) slots: [SlotCell; FANOUT],
     /// Sequence number of the version that first contained it (I12).
     pub(super) birth: u64,
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     pub(super) canary: Canary,
 }
 
@@ -96,13 +96,13 @@ unsafe fn copy_slots(from: *const [SlotCell; FANOUT], to: *mut [SlotCell; FANOUT
     // One 512-byte copy (a `memcpy`): an `AtomicPtr` has the layout of a pointer, and a plain
     // read racing only with atomic *loads* is no data race; the writer is the only one that
     // stores (I16).
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     // SAFETY: the caller's contract: `from` alive (I13), `to` private (I12), one writer (I16).
     unsafe {
         core::ptr::copy_nonoverlapping(from, to, 1)
     };
     // Under loom the slots are loom atomics, which live in loom's model, not in memory.
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     // SAFETY: the caller's contract, as above (I12, I13, I16); every slot of `to` is written.
     unsafe {
         let to = to.cast::<SlotCell>();
@@ -118,7 +118,7 @@ unsafe fn copy_slots(from: *const [SlotCell; FANOUT], to: *mut [SlotCell; FANOUT
 /// drop *writes*, so an object freed while a reader can still use it is reported by loom as a
 /// causality violation (concurrent read and write); the `Track` makes loom report an object that
 /// is never freed as a leak.
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 pub(crate) struct Canary {
     cell: crate::primitive::UnsafeCell<u8>,
     _track: crate::primitive::Track<()>,
@@ -126,10 +126,10 @@ pub(crate) struct Canary {
 
 // SAFETY: the cell's data is never read or written — `with`/`with_mut` only report the access to
 // loom — so sharing it cannot race on memory; reporting such races is its whole purpose (I3).
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 unsafe impl Sync for Canary {}
 
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 impl Canary {
     pub(crate) fn new() -> Canary {
         Canary {
@@ -151,7 +151,7 @@ impl Canary {
     }
 }
 
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 impl Drop for Canary {
     fn drop(&mut self) {
         self.cell.with_mut(|_| ());
@@ -164,7 +164,7 @@ impl Node {
         NonNull::from(Box::leak(Box::new(Node {
             slots: empty_slots(),
             birth,
-            #[cfg(loom)]
+            #[cfg(ranklocal_loom)]
             canary: Canary::new(),
         })))
     }
@@ -186,7 +186,7 @@ impl Node {
                 core::ptr::addr_of_mut!((*p).slots),
             );
             core::ptr::addr_of_mut!((*p).birth).write(birth);
-            #[cfg(loom)]
+            #[cfg(ranklocal_loom)]
             core::ptr::addr_of_mut!((*p).canary).write(Canary::new());
         }
         // Every field was initialized above (I12: a copy, born at `birth`): the allocation is a
@@ -303,7 +303,7 @@ impl Scratch {
             }
             (*n.as_ptr()).birth = birth;
             // Under loom: a reader still inside the node (a reclamation bug) would race this.
-            #[cfg(loom)]
+            #[cfg(ranklocal_loom)]
             (*n.as_ptr()).canary.write();
         }
         n
@@ -327,7 +327,7 @@ impl Scratch {
             copy_slots(core::ptr::addr_of!((*from.as_ptr()).slots), slots);
             (*n.as_ptr()).birth = birth;
             // Under loom: a reader still inside the node (a reclamation bug) would race this.
-            #[cfg(loom)]
+            #[cfg(ranklocal_loom)]
             (*n.as_ptr()).canary.write();
         }
         n

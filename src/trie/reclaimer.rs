@@ -232,7 +232,7 @@ impl<H: ReplacedVersion> Reclaimer<H> {
     /// # Safety
     /// Every entry of `garbage` and `versions` was recorded by [`Write::retire`].
     pub(super) unsafe fn collect_all(&mut self) {
-        #[cfg(all(test, not(loom)))]
+        #[cfg(all(test, not(ranklocal_loom)))]
         crate::counters::RESCANNED.with(|n| {
             n.set(n.get() + (self.versions.len() + self.garbage.len()) as u64);
         });

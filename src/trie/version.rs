@@ -3,7 +3,7 @@
 use core::ptr::NonNull;
 
 use super::node::{Node, FANOUT};
-#[cfg(loom)]
+#[cfg(ranklocal_loom)]
 use super::Canary;
 use super::Trie;
 use crate::erased::Erased;
@@ -83,7 +83,7 @@ pub(crate) unsafe fn entries(trie: &Trie) -> impl Iterator<Item = (u64, Erased)>
 pub(crate) struct Version {
     pub(crate) trie: Trie,
     pub(crate) seq: u64,
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     canary: Canary,
 }
 
@@ -92,7 +92,7 @@ impl Version {
         Version {
             trie,
             seq,
-            #[cfg(loom)]
+            #[cfg(ranklocal_loom)]
             canary: Canary::new(),
         }
     }
@@ -110,7 +110,7 @@ impl Version {
 
     /// Number of entries (`ArcSwap` only: `Epoch` fills slots in place and counts them itself,
     /// I38).
-    #[cfg(all(feature = "arc-swap", not(loom)))]
+    #[cfg(all(feature = "arc-swap", not(ranklocal_loom)))]
     #[inline]
     pub(crate) fn len(&self) -> usize {
         canary_read!(self);

@@ -495,7 +495,7 @@ impl<T> InstancePtr<T> {
         let mut b = unsafe { Box::from_raw(self.p.as_ptr()) };
         // Under loom, an unsynchronized write to the state word, as freeing it is: an access by a
         // thread that did not synchronize with this free is reported (a use after free).
-        #[cfg(loom)]
+        #[cfg(ranklocal_loom)]
         b.meta.state.with_mut(|_| ());
         // Acquire: pairs with the exit work's Release store of DROPPED (I39); no tombstone is
         // EXITING here (the exit work moves the value out under its gate lock, which every

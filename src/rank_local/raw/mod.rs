@@ -122,7 +122,7 @@ pub(super) struct Core<T, B: Backend> {
 
 impl<T, B: Backend> Core<T, B> {
     /// A `RankLocal`'s empty core; `const` except under loom, whose primitives are not.
-    #[cfg(not(loom))]
+    #[cfg(not(ranklocal_loom))]
     pub(super) const fn new(map: B::Map, recycling: bool) -> Self {
         Core {
             map,
@@ -136,7 +136,7 @@ impl<T, B: Backend> Core<T, B> {
     }
 
     /// A `RankLocal`'s empty core (loom's primitives cannot be built in a `const`).
-    #[cfg(loom)]
+    #[cfg(ranklocal_loom)]
     pub(super) fn new(map: B::Map, recycling: bool) -> Self {
         Core {
             map,
@@ -449,7 +449,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     }
 
     /// Test-only: an empty `RankLocal` with the given uid (unique: drawn by [`fresh_uid`]).
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(ranklocal_loom)))]
     pub(crate) fn with_uid(uid: cache::Uid) -> Self {
         let rl = Self::new();
         rl.core.uid.store(uid, Ordering::Relaxed);

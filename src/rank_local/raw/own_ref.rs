@@ -58,7 +58,7 @@ pub struct OwnRef<'a, T> {
 impl<'a, T> OwnRef<'a, T> {
     /// A guard of a value kept for `'a` (ESCAPED, I31): nothing to count. (`rank_local!` keys',
     /// which do not exist under loom.)
-    #[cfg_attr(loom, allow(dead_code))]
+    #[cfg_attr(ranklocal_loom, allow(dead_code))]
     #[inline]
     pub(crate) fn kept(v: &'a T) -> Self {
         OwnRef {
