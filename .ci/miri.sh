@@ -2,7 +2,7 @@
 # Miri over every unit and integration test, on both cores: Miri interprets one thread at a time,
 # so the test binaries run as two parallel jobs, longest first (a greedy schedule that keeps both
 # cores busy to the end). Each job's output is printed whole once it ends, with its CPU seconds.
-# Usage: bash .ci/miri.sh (JOBS=N for another number of parallel jobs).
+# Usage: bash .ci/miri.sh (JOBS=N for another number of parallel jobs; ONLY=REGEX for some jobs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MIRIFLAGS="-Zmiri-tree-borrows -Zmiri-permissive-provenance -Zmiri-ignore-leaks"
@@ -28,7 +28,8 @@ jobs=(lib:trie lib:rest)
 for f in tests/*.rs; do
     jobs+=("$(basename "$f" .rs)")
 done
-ordered=$(for j in "${jobs[@]}"; do echo "${weight[$j]:-9999} $j"; done | sort -rn | cut -d' ' -f2)
+ordered=$(for j in "${jobs[@]}"; do echo "${weight[$j]:-9999} $j"; done | sort -rn | cut -d' ' -f2 |
+    grep -E "${ONLY:-.}")
 
 run_one() {
     local job=$1 log=$2/$1.log
