@@ -58,7 +58,7 @@ for c in "${controls[@]}"; do
     continue
   fi
   rm -rf "$scratch/crate" && mkdir -p "$scratch/crate"
-  cp -r Cargo.toml Cargo.lock src loom_tests README.md papers "$scratch/crate/"
+  cp -r Cargo.toml Cargo.lock build.rs src loom_tests README.md papers "$scratch/crate/"
   # benches/ and benches/peers/ are workspace members (the criterion crate, peers): copy their
   # manifests and sources so the scratch workspace resolves with the same Cargo.lock
   mkdir -p "$scratch/crate/benches/peers" "$scratch/crate/examples" "$scratch/crate/tests"
