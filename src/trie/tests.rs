@@ -85,7 +85,7 @@ fn check_against(t: &Owned, model: &BTreeMap<u64, Erased>, probes: &[u64]) {
 #[test]
 fn random_inserts_and_removes_match_a_btreemap() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let n = if cfg!(miri) { 150 } else { 3000 };
+    let n = if cfg!(miri) { 60 } else { 3000 };
     for &spread in &[64u64, 5000, 300_000, u64::MAX] {
         let mut t = Owned::new();
         let mut model = BTreeMap::new();
@@ -182,7 +182,7 @@ fn old_versions_are_unchanged_by_later_writes() {
     let mut all_replaced = Vec::new();
     let mut t = Trie::EMPTY;
     let mut model = BTreeMap::new();
-    let n = if cfg!(miri) { 80 } else { 600 };
+    let n = if cfg!(miri) { 40 } else { 600 };
     let mut rng = Rng(7);
     for seq in 1..=n {
         let mut scratch = Scratch::default();
