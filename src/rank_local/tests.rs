@@ -353,6 +353,25 @@ fn slow_path_pins_flush_the_threads_bag_every_128() {
     assert_eq!(flushes, pins / 128, "flushes for {pins} counted pins");
 }
 
+/// A delegate's scoped read that misses its thread cache counts its pin as well (on `Baseline`
+/// a delegated lookup is never cached, so each `with_for` here is such a miss): 128 of them flush
+/// the thread's bag once, as 128 visits do.
+#[test]
+fn scoped_misses_count_their_pins() {
+    let rl = RankLocal::<u64, Baseline>::new();
+    let other = Rank::new();
+    on_behalf_of(other.id(), || rl.with(|_| ()));
+    let pins = if cfg!(miri) { 256 } else { 1_280 };
+    let flushes = on_fresh_thread(|| {
+        events(&OWN_FLUSHES, || {
+            for _ in 0..pins {
+                rl.with_for(other.id(), |_| ()); // a scoped miss: one counted pin each
+            }
+        })
+    });
+    assert_eq!(flushes, pins / 128, "flushes for {pins} scoped misses");
+}
+
 /// While a retired batch waits for its grace period, every 8th first touch helps it along (a
 /// flush of the retiring participant, which walks the registered threads): not every first touch
 /// (that walk would be paid on every one), and not none (on `Baseline` nothing else would advance
