@@ -491,9 +491,10 @@ CASES (xRW = the arm's median / RwLock<HashMap>'s, in the same table):
                 (ranklocal: on_behalf_of(rank, || rl.get_or(..)) for a rank
                 nothing touched yet; any resize a batch triggers counts);
                 rebuilt at N once it has grown by max(64, N/16) keys
-  miss          ns per lookup by id, one thread, 1,024 keys in a scattered
-                round-robin: more than the 256 entries of ranklocal's
-                thread cache, so every get_for misses it
+  miss          ns per lookup by id, one thread, N = 1,024 / 65,536 keys
+                in a scattered round-robin: more than the 256 entries of
+                ranklocal's thread cache, so a get_for misses it (but for
+                the few keys such a scan leaves cached)
   iter          ns to iterate 64 values, summing them
   fresh-thread  us for a new thread's first get_or (maps: get-or-insert of
                 a new key), timed inside it, while N-1 = 63 / 1,023 other
@@ -1084,7 +1085,9 @@ fn fresh_thread(o: &Opts) {
 
 // ---- case 3: lookups that miss ranklocal's thread cache ---------------------------------------
 
-const MISS_KEYS: usize = 1024;
+/// The miss case's key counts (the first also the callgrind mode's default).
+const MISS_SIZES: [usize; 2] = [1024, 65536];
+const MISS_KEYS: usize = MISS_SIZES[0];
 
 /// `keys` in a scattered round-robin order: index `i * 67 mod len` (67 is odd, so every key once
 /// per cycle), as `compare`'s cache-miss arms.
@@ -1097,41 +1100,61 @@ fn miss(o: &Opts, keys: &[Key]) {
     if arms.is_empty() {
         return;
     }
-    let keys = &keys[..MISS_KEYS];
-    let order = scattered(keys);
-    let (rounds, cycles) = if o.quick { (11, 16) } else { (101, 64) };
-    progress("2. cache-miss lookups: building");
-    let peers: Vec<Box<dyn Peer>> = arms
-        .iter()
-        .map(|&a| {
-            let p = a.make();
-            check("build", a, p.touch_all(keys), key_sum(keys));
-            check("warm-up", a, p.get_cycles(&order, 2), 2 * key_sum(keys));
-            p
-        })
-        .collect();
-    let want = (cycles as u64).wrapping_mul(key_sum(keys));
-    let samples = interleave(arms.len(), rounds, |a| {
-        progress(&format!("2. cache-miss lookups: {}", arms[a].label()));
-        let start = Instant::now();
-        let s = peers[a].get_cycles(&order, cycles);
-        let t = start.elapsed();
-        check("lookup", arms[a], s, want);
-        t.as_nanos() as f64 / (cycles * MISS_KEYS) as f64
-    });
-    drop(peers);
+    let sizes: &[usize] = if o.quick || keys.len() < MISS_SIZES[1] {
+        &MISS_SIZES[..1]
+    } else {
+        &MISS_SIZES
+    };
+    let mut rows: Vec<Vec<Option<Stat>>> = vec![Vec::new(); arms.len()];
+    let mut shape = Vec::new();
+    for &n in sizes {
+        let keys = &keys[..n];
+        let order = scattered(keys);
+        // about 64 K lookups per sample at every size
+        let cycles = (65536 / n).max(1);
+        let rounds = match (o.quick, n) {
+            (true, _) => 11,
+            (false, 65536) => 31,
+            (false, _) => 101,
+        };
+        progress(&format!("2. cache-miss lookups, N = {n}: building"));
+        let peers: Vec<Box<dyn Peer>> = arms
+            .iter()
+            .map(|&a| {
+                let p = a.make();
+                check("build", a, p.touch_all(keys), key_sum(keys));
+                check("warm-up", a, p.get_cycles(&order, 2), 2 * key_sum(keys));
+                p
+            })
+            .collect();
+        let want = (cycles as u64).wrapping_mul(key_sum(keys));
+        let samples = interleave(arms.len(), rounds, |a| {
+            progress(&format!(
+                "2. cache-miss lookups, N = {n}: {}",
+                arms[a].label()
+            ));
+            let start = Instant::now();
+            let s = peers[a].get_cycles(&order, cycles);
+            let t = start.elapsed();
+            check("lookup", arms[a], s, want);
+            t.as_nanos() as f64 / (cycles * n) as f64
+        });
+        drop(peers);
+        for (row, s) in rows.iter_mut().zip(samples) {
+            row.push(stat(s));
+        }
+        shape.push(format!("{rounds} of {cycles} x {n}"));
+    }
     progress_done();
     println!(
         "\n2. lookup by id that misses ranklocal's thread cache (256 entries): ns\n   \
-         per get_for / get, one thread, {MISS_KEYS} keys in a scattered round-robin;\n   \
-         rounds: {rounds} of {cycles} x {MISS_KEYS} lookups"
+         per get_for / get, one thread, N keys in a scattered round-robin;\n   \
+         rounds: {} lookups",
+        shape.join(", ")
     );
     Table {
-        sizes: vec![format!("N = {MISS_KEYS}")],
-        rows: arms
-            .into_iter()
-            .zip(samples.into_iter().map(|s| vec![stat(s)]))
-            .collect(),
+        sizes: sizes.iter().map(|n| format!("N = {n}")).collect(),
+        rows: arms.into_iter().zip(rows).collect(),
     }
     .print(None);
 }
@@ -1495,8 +1518,10 @@ fn main() {
     // live logical ranks for the by-id cases: N + room for the fresh keys of case 1
     let need = if wants(Case::TouchId) {
         TOUCH_SIZES[2] + allowance(TOUCH_SIZES[2])
-    } else {
+    } else if o.quick {
         MISS_KEYS
+    } else {
+        MISS_SIZES[1]
     };
     let (ranks, keys) = make_ranks(need);
     // The cases that start no threads first, then the fresh threads, then the heap. Order

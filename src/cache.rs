@@ -9,7 +9,10 @@
 //! **Placement and replacement.** `(uid, rank)` may sit in any way of set `(rank ^ uid) % SETS`.
 //! Way 0 holds the set's most recently filled entry and is probed first, then ways 1, 2, 3 (all
 //! inline, no call). A fill shifts the set down by one way, dropping the oldest entry, and writes
-//! way 0; a hit writes nothing. So up to [`WAYS`] keys that share a set — four `RankLocal`s used
+//! way 0; a hit writes nothing. A lookup of another rank skips the fill when the set is
+//! *churning* ([`store_unless_churning`]): a scan over more ranks than the cache holds then
+//! leaves the cache to what it holds, instead of writing four entries on every miss and keeping
+//! none long enough to be hit. So up to [`WAYS`] keys that share a set — four `RankLocal`s used
 //! in turn by one thread, whatever their uids — are all kept, and once each has been filled every
 //! lookup of them hits, without touching the map. (The earlier direct-mapped table, one entry per
 //! index, let two `RankLocal`s whose uids agreed in the low bits evict each other on every `get`.)
@@ -44,6 +47,8 @@ struct Entry {
     rank: u64,
     /// Null only in an empty entry.
     ptr: *const (),
+    /// This thread's [`CLOCK`] when the entry was filled (in the entry's padding).
+    filled: u64,
 }
 
 /// A `RankLocal`'s key in the cache. Never 0, the uid an empty entry holds, so no lookup matches
@@ -134,6 +139,7 @@ const EMPTY: Entry = Entry {
     uid: 0,
     rank: 0,
     ptr: core::ptr::null(),
+    filled: 0,
 };
 
 type Set = [Cell<Entry>; WAYS];
@@ -150,6 +156,20 @@ const EMPTY_SET: Set = {
 tls! {
     static CACHE: [Set; SETS] = const { [EMPTY_SET; SETS] };
 }
+
+tls! {
+    /// This thread's fill attempts so far (every [`store`] and [`store_unless_churning`]): the
+    /// age of an entry is the number of misses since it was filled.
+    static CLOCK: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A set whose oldest entry was filled fewer than this many fill attempts ago is *churning*: the
+/// keys this thread misses do not fit in the cache (a scan over more ranks than it holds), and
+/// [`store_unless_churning`] leaves it as it is. In a scan over many ranks, a set's oldest entry
+/// is about `SETS * WAYS` attempts old when every miss fills; with this bound a set takes about
+/// one fill in 16 of its misses, and its entries stay long enough for a scan over up to this many
+/// ranks to hit them.
+const CHURN: u64 = (16 * SETS * WAYS) as u64;
 
 /// The set for `(uid, rank)`: ranks are spread by a per-`RankLocal` offset, the low bits of its
 /// uid, so consecutive ranks of one `RankLocal` go to distinct sets.
@@ -215,16 +235,50 @@ fn older(set: &Set, uid: Uid, rank: u64) -> *mut () {
 #[inline]
 pub(crate) fn store(uid: Uid, rank: u64, ptr: Erased) {
     debug_assert!(uid != NO_UID && rank != 0);
+    let now = tick();
+    CACHE.with(|c| fill(&c[set_index(uid, rank)], uid, rank, ptr, now));
+}
+
+/// [`store`], unless the set is churning ([`CHURN`]): then nothing is written, and the set keeps
+/// what it holds. For lookups of other ranks, which a thread may make over more ranks than the
+/// cache holds (a monitor, a collective): filling on every miss would write the cache on every
+/// lookup and keep nothing long enough to be hit again; so a scan leaves most of the cache to
+/// the keys already in it and fills a set about once in 16 of its misses.
+#[inline]
+pub(crate) fn store_unless_churning(uid: Uid, rank: u64, ptr: Erased) {
+    debug_assert!(uid != NO_UID && rank != 0);
+    let now = tick();
     CACHE.with(|c| {
         let set = &c[set_index(uid, rank)];
-        for w in (1..WAYS).rev() {
-            set[w].set(set[w - 1].get());
+        let oldest = set[WAYS - 1].get();
+        if oldest.uid != 0 && now.wrapping_sub(oldest.filled) < CHURN {
+            return;
         }
-        set[0].set(Entry {
-            uid: uid.get(),
-            rank,
-            ptr: ptr.as_ptr::<()>().as_ptr(),
-        });
+        fill(set, uid, rank, ptr, now)
+    });
+}
+
+/// One more fill attempt on this thread's [`CLOCK`]; returns the new time.
+#[inline]
+fn tick() -> u64 {
+    CLOCK.with(|t| {
+        let now = t.get().wrapping_add(1);
+        t.set(now);
+        now
+    })
+}
+
+/// Writes `(uid, rank) -> ptr` into way 0 of `set`, shifting the others down by one way.
+#[inline]
+fn fill(set: &Set, uid: Uid, rank: u64, ptr: Erased, now: u64) {
+    for w in (1..WAYS).rev() {
+        set[w].set(set[w - 1].get());
+    }
+    set[0].set(Entry {
+        uid: uid.get(),
+        rank,
+        ptr: ptr.as_ptr::<()>().as_ptr(),
+        filled: now,
     });
 }
 
@@ -252,4 +306,69 @@ pub(crate) fn wipe() {
             }
         }
     });
+}
+
+#[cfg(all(test, not(ranklocal_loom)))]
+mod tests {
+    use super::*;
+
+    /// `(uid, rank(k))` for `k = 0, 1, ...` all share one set.
+    fn rank(k: u64) -> u64 {
+        1 + SETS as u64 * k
+    }
+
+    fn any_ptr() -> Erased {
+        Erased::from_non_null(NonNull::<u8>::dangling().cast())
+    }
+
+    /// `store` keeps a set's [`WAYS`] most recent fills: 20 keys of one set filled in turn, every
+    /// key looked up after each fill.
+    #[test]
+    fn a_set_keeps_its_most_recent_fills() {
+        std::thread::spawn(|| {
+            let uid = Uid::fresh(0x5eed_0001).unwrap();
+            for filled in 0..20u64 {
+                assert!(lookup(uid, rank(filled)).is_none());
+                store(uid, rank(filled), any_ptr());
+                for k in 0..=filled {
+                    let kept = filled - k < WAYS as u64;
+                    assert_eq!(
+                        lookup(uid, rank(k)).is_some(),
+                        kept,
+                        "key {k} after {filled}"
+                    );
+                }
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// `store_unless_churning` fills a set until it is full, then leaves it alone while its oldest
+    /// entry is younger than [`CHURN`] fill attempts, and fills it again once it is older.
+    #[test]
+    fn a_churning_set_is_left_alone_until_its_oldest_entry_ages() {
+        std::thread::spawn(|| {
+            let uid = Uid::fresh(0x5eed_0002).unwrap();
+            for k in 0..WAYS as u64 {
+                store_unless_churning(uid, rank(k), any_ptr());
+            }
+            // a scan's further keys: the set is churning, nothing is written
+            for k in WAYS as u64..WAYS as u64 + 100 {
+                store_unless_churning(uid, rank(k), any_ptr());
+                assert!(lookup(uid, rank(k)).is_none(), "key {k} was filled");
+            }
+            assert!((0..WAYS as u64).all(|k| lookup(uid, rank(k)).is_some()));
+            // misses elsewhere age the set (another uid: other sets and this one alike)
+            let other = Uid::fresh(0x5eed_0003).unwrap();
+            for k in 0..CHURN {
+                store_unless_churning(other, 2 + 2 * SETS as u64 * k, any_ptr());
+            }
+            let late = rank(1_000);
+            store_unless_churning(uid, late, any_ptr());
+            assert!(lookup(uid, late).is_some(), "an aged set is filled again");
+        })
+        .join()
+        .unwrap();
+    }
 }

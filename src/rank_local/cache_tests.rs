@@ -110,3 +110,42 @@ fn a_delegate_cycling_through_64_ranks_keeps_them_all() {
         });
     });
 }
+
+/// A scan over more ranks than the cache holds (a monitor reading every rank's value with
+/// `get_for`) leaves the thread's own entry in it, and keeps hitting the entries it finds: a
+/// churning set is not filled again until its oldest entry has aged (the two scans together
+/// make fewer misses than that age).
+#[test]
+fn a_scan_of_many_ranks_keeps_the_threads_own_entry_and_some_of_its_own() {
+    const N: usize = if cfg!(miri) { 600 } else { 1_500 };
+    let rl = RankLocal::<u64>::new();
+    let ranks: Vec<crate::Rank> = (0..N).map(|_| crate::Rank::new()).collect();
+    for r in &ranks {
+        crate::on_behalf_of(r.id(), || rl.get_or(|| r.id().as_u64()));
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _own = rl.get_or(|| 0);
+            let mut per_scan = Vec::new();
+            for scan in 0..2 {
+                let before = map_lookups();
+                for r in &ranks {
+                    assert_eq!(*rl.get_for(r.id()).unwrap(), r.id().as_u64());
+                }
+                per_scan.push(map_lookups() - before);
+                let before = map_lookups();
+                assert_eq!(*rl.get(), 0);
+                let own = map_lookups() - before;
+                assert_eq!(own, 0, "scan {scan} evicted the thread's own entry");
+            }
+            // the second scan hits what the first one left: with a fill on every miss, it would
+            // hit nothing (each fill evicts what the scan needs next)
+            let cached = crate::cache::SETS * WAYS;
+            assert!(
+                per_scan[1] as usize <= N - cached / 2,
+                "{} of {N} lookups missed",
+                per_scan[1]
+            );
+        });
+    });
+}

@@ -421,8 +421,14 @@ impl<'rl, T: Send, B: Backend> Escaped<'rl, T, B> {
     #[inline]
     pub(super) fn cached(self) -> &'rl T {
         if RankLocal::<T, B>::uses_thread_cache(self.rank) {
-            // I4: an ESCAPED instance of this map, under its current uid.
-            cache::store(self.rl.uid_or_assign(), self.rank, self.p.erased());
+            // I4: an ESCAPED instance of this map, under its current uid. The thread's own rank
+            // is always kept; another rank's lookup leaves a churning set alone (a scan).
+            let uid = self.rl.uid_or_assign();
+            if self.rank == identity::own_raw() {
+                cache::store(uid, self.rank, self.p.erased());
+            } else {
+                cache::store_unless_churning(uid, self.rank, self.p.erased());
+            }
         }
         self.value()
     }

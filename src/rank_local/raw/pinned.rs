@@ -84,7 +84,9 @@ impl<'rl, T: Send, B: Backend> Pinned<'rl, T, B> {
         // being reclaimed, or a tombstone: gone (I30, I39)
         let v = i.scope()?;
         if cacheable {
-            cache::store(self.uid, rank | cache::PINNED_TAG, i.erased());
+            // another rank's scoped lookup (or the thread's own, not live): a scan of many
+            // ranks leaves a churning set alone
+            cache::store_unless_churning(self.uid, rank | cache::PINNED_TAG, i.erased());
         }
         Some(v)
     }
