@@ -10,9 +10,9 @@
 //! Way 0 holds the set's most recently filled entry and is probed first, then ways 1, 2, 3 (all
 //! inline, no call). A fill shifts the set down by one way, dropping the oldest entry, and writes
 //! way 0; a hit writes nothing. A lookup of another rank skips the fill when the set is
-//! *churning* ([`store_unless_churning`]): a scan over more ranks than the cache holds then
-//! leaves the cache to what it holds, instead of writing four entries on every miss and keeping
-//! none long enough to be hit. So up to [`WAYS`] keys that share a set — four `RankLocal`s used
+//! *churning* and the key did not just miss there ([`store_unless_churning`]): a scan over more
+//! ranks than the cache holds then leaves the cache to what it holds, instead of writing four
+//! entries on every miss and keeping none long enough to be hit. So up to [`WAYS`] keys that share a set — four `RankLocal`s used
 //! in turn by one thread, whatever their uids — are all kept, and once each has been filled every
 //! lookup of them hits, without touching the map. (The earlier direct-mapped table, one entry per
 //! index, let two `RankLocal`s whose uids agreed in the low bits evict each other on every `get`.)
@@ -167,8 +167,8 @@ tls! {
 /// keys this thread misses do not fit in the cache (a scan over more ranks than it holds), and
 /// [`store_unless_churning`] leaves it as it is. In a scan over many ranks, a set's oldest entry
 /// is about `SETS * WAYS` attempts old when every miss fills; with this bound a set takes about
-/// one fill in 16 of its misses, and its entries stay long enough for a scan over up to this many
-/// ranks to hit them.
+/// one fill in 20 of its misses, and its entries stay long enough for a scan over up to about
+/// this many ranks to hit them.
 const CHURN: u64 = (16 * SETS * WAYS) as u64;
 
 /// The set for `(uid, rank)`: ranks are spread by a per-`RankLocal` offset, the low bits of its
@@ -239,24 +239,41 @@ pub(crate) fn store(uid: Uid, rank: u64, ptr: Erased) {
     CACHE.with(|c| fill(&c[set_index(uid, rank)], uid, rank, ptr, now));
 }
 
-/// [`store`], unless the set is churning ([`CHURN`]): then nothing is written, and the set keeps
-/// what it holds. For lookups of other ranks, which a thread may make over more ranks than the
-/// cache holds (a monitor, a collective): filling on every miss would write the cache on every
-/// lookup and keep nothing long enough to be hit again; so a scan leaves most of the cache to
-/// the keys already in it and fills a set about once in 16 of its misses.
+/// [`store`], unless the set is churning ([`CHURN`]) and the key is not the one that last missed
+/// there: then only the key is remembered ([`MISSED`]), and the set keeps what it holds. For
+/// lookups of other ranks, which a thread may make over more ranks than the cache holds (a
+/// monitor, a collective): filling on every miss would write the cache on every lookup and keep
+/// nothing long enough to be hit again; so a scan leaves most of the cache to the keys already
+/// in it and fills a set about once in 20 of its misses. A key that misses twice in a row in its
+/// set — a worker serving one rank after another, each a few times — is filled on its second
+/// miss.
 #[inline]
 pub(crate) fn store_unless_churning(uid: Uid, rank: u64, ptr: Erased) {
     debug_assert!(uid != NO_UID && rank != 0);
     let now = tick();
+    let index = set_index(uid, rank);
     CACHE.with(|c| {
-        let set = &c[set_index(uid, rank)];
+        let set = &c[index];
         let oldest = set[WAYS - 1].get();
         if oldest.uid != 0 && now.wrapping_sub(oldest.filled) < CHURN {
-            return;
+            // A digest, not the key: a collision only fills (or skips) once more.
+            let key = rank ^ uid.get().rotate_left(32);
+            let again = MISSED.with(|m| m[index].replace(key) == key);
+            if !again {
+                return;
+            }
         }
         fill(set, uid, rank, ptr, now)
     });
 }
+
+tls! {
+    /// Per set, a digest of the key whose fill [`store_unless_churning`] last skipped there.
+    static MISSED: [Cell<u64>; SETS] = const { [ZERO; SETS] };
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: Cell<u64> = Cell::new(0);
 
 /// One more fill attempt on this thread's [`CLOCK`]; returns the new time.
 #[inline]
@@ -345,7 +362,8 @@ mod tests {
     }
 
     /// `store_unless_churning` fills a set until it is full, then leaves it alone while its oldest
-    /// entry is younger than [`CHURN`] fill attempts, and fills it again once it is older.
+    /// entry is younger than [`CHURN`] fill attempts — but for a key that misses twice in a row
+    /// there — and fills it again once it is older.
     #[test]
     fn a_churning_set_is_left_alone_until_its_oldest_entry_ages() {
         std::thread::spawn(|| {
@@ -359,6 +377,15 @@ mod tests {
                 assert!(lookup(uid, rank(k)).is_none(), "key {k} was filled");
             }
             assert!((0..WAYS as u64).all(|k| lookup(uid, rank(k)).is_some()));
+            // a key that misses twice in a row there is filled on its second miss
+            let burst = rank(500);
+            store_unless_churning(uid, burst, any_ptr());
+            assert!(lookup(uid, burst).is_none(), "filled on its first miss");
+            store_unless_churning(uid, burst, any_ptr());
+            assert!(
+                lookup(uid, burst).is_some(),
+                "not filled on its second miss"
+            );
             // misses elsewhere age the set (another uid: other sets and this one alike)
             let other = Uid::fresh(0x5eed_0003).unwrap();
             for k in 0..CHURN {

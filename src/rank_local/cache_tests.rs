@@ -149,3 +149,32 @@ fn a_scan_of_many_ranks_keeps_the_threads_own_entry_and_some_of_its_own() {
         });
     });
 }
+
+/// A worker serving many ranks in bursts — several lookups of one rank, then the next rank's —
+/// gets each rank cached within its burst: a set that churns (the cache holds fewer ranks than
+/// the worker serves) is still filled for a rank that misses twice in a row.
+#[test]
+fn bursts_over_many_ranks_are_cached_within_each_burst() {
+    const N: usize = if cfg!(miri) { 400 } else { 3_000 };
+    const BURST: u64 = 16;
+    let rl = RankLocal::<u64>::new();
+    let ranks: Vec<crate::Rank> = (0..N).map(|_| crate::Rank::new()).collect();
+    for r in &ranks {
+        crate::on_behalf_of(r.id(), || rl.get_or(|| r.id().as_u64()));
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let before = map_lookups();
+            for r in &ranks {
+                for _ in 0..BURST {
+                    assert_eq!(*rl.get_for(r.id()).unwrap(), r.id().as_u64());
+                }
+            }
+            let misses = map_lookups() - before;
+            assert!(
+                misses <= 2 * N as u64,
+                "{misses} misses in {N} bursts of {BURST} lookups"
+            );
+        });
+    });
+}
