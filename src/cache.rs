@@ -7,17 +7,19 @@
 //! then fills an entry.
 //!
 //! **Placement and replacement.** `(uid, rank)` may sit in any way of set `(rank ^ uid) % SETS`.
-//! Way 0 holds the set's most recently filled entry and is probed first, then ways 1, 2, 3 (all
-//! inline, no call). A fill shifts the set down by one way, dropping the oldest entry, and writes
-//! way 0; a hit in way 0 writes nothing, and one in every 16 hits in an older way swaps its entry
-//! into way 0 (so entries that later fills pushed down come back to the fastest probe while they
-//! are used). A lookup of another rank skips the fill when the set is
-//! *churning* and the key did not just miss there ([`store_unless_churning`]): a scan over more
-//! ranks than the cache holds then leaves the cache to what it holds, instead of writing four
-//! entries on every miss and keeping none long enough to be hit. So up to [`WAYS`] keys that share a set — four `RankLocal`s used
-//! in turn by one thread, whatever their uids — are all kept, and once each has been filled every
+//! Way 0 holds the set's most recently filled (or promoted) entry and is probed first, then ways
+//! 1, 2, 3 (all inline, no call). A fill shifts the set down by one way, dropping the oldest
+//! entry, and writes way 0. A hit in way 0 writes nothing; one in every 16 hits in an older way
+//! swaps its entry into way 0, so entries that later fills pushed down come back to the fastest
+//! probe while they are used. So up to [`WAYS`] keys that share a set — four `RankLocal`s used in
+//! turn by one thread, whatever their uids — are all kept, and once each has been filled every
 //! lookup of them hits, without touching the map. (The earlier direct-mapped table, one entry per
 //! index, let two `RankLocal`s whose uids agreed in the low bits evict each other on every `get`.)
+//!
+//! **Scans.** A lookup of another rank skips the fill when the set is *churning* and the key did
+//! not just miss there ([`store_unless_churning`]): a scan over more ranks than the cache holds
+//! then leaves the cache to what it holds, instead of writing four entries on every miss and
+//! keeping none long enough to be hit.
 //!
 //! Entries are keyed by the `RankLocal`'s *uid*, a process-unique number that is never reused and
 //! is replaced whenever an instance is removed (`clear`, `purge_exited`), so an entry can never be
