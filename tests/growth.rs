@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use ranklocal::{Backend, RankId, RankLocal};
+use std::sync::{mpsc, Mutex};
+
+use common::Blocked;
+use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     #[cfg_attr(
@@ -21,6 +24,8 @@ common::backend_tests! {
     )]
     nested_first_touches_stay_bounded,
     nested_first_touch_drops_after_the_outer_read,
+    #[cfg_attr(miri, ignore = "reads another thread's state in Linux's /proc")]
+    a_drain_under_way_is_counted_and_waited_for,
     a_monitor_between_workers_keeps_nothing,
     a_free_running_monitor_keeps_at_most_what_it_saw_alive,
     overlapping_iterators_do_not_keep_exited_slots,
@@ -141,11 +146,117 @@ fn nested_first_touch_drops_after_the_outer_read<B: Backend>() {
                         before + 1,
                         "dropped inside the outer read"
                     );
+                    assert_eq!(
+                        map.len(),
+                        live.load(SeqCst),
+                        "len does not count what waits for the outer read's end"
+                    );
                 });
                 live.load(SeqCst) < 17
             },
             || {},
         ));
+        drop(first);
+        map.reclaim_exited_blocking();
+        assert_eq!(map.len(), live.load(SeqCst));
+    });
+}
+
+/// A value whose drop first runs a hook (while its `Live` still counts it).
+struct Probe {
+    _live: Live,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(f) = self.hook.get_mut().unwrap().take() {
+            f();
+        }
+    }
+}
+
+/// While the thread that ends the outer read drops what a nested first touch left for it (a
+/// drain), `len` still counts the values it has not finished dropping, and
+/// `reclaim_exited_blocking` on another thread waits for that drop to end before it returns.
+/// Found by mutation testing: `len` leaving out the drain's values, and the blocking call not
+/// waiting for a drain, survived (no test looked while a drain was under way).
+fn a_drain_under_way_is_counted_and_waited_for<B: Backend>() {
+    common::within_deadline(|| {
+        let live = Arc::new(AtomicUsize::new(0));
+        let map: &'static RankLocal<Probe, B> = common::leak(RankLocal::new());
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new(); // another rank: reading its value pins
+        let r = keeper.id();
+        on_behalf_of(r, || other.with(|_| ()));
+        let plain = |live: &Arc<AtomicUsize>| Probe {
+            _live: Live::new(live),
+            hook: Mutex::new(None),
+        };
+        // the blocking call, on another thread, once the drain's drop has begun
+        let (handle_tx, handle_rx) = mpsc::channel::<Blocked>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let done = Arc::new(AtomicBool::new(false));
+        let returned = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (done, returned) = (Arc::clone(&done), Arc::clone(&returned));
+            thread::spawn(move || {
+                handle_tx.send(Blocked::this_thread()).unwrap();
+                go_rx.recv().unwrap();
+                map.reclaim_exited_blocking();
+                let seen_done = done.load(SeqCst);
+                returned.store(true, SeqCst);
+                seen_done
+            })
+        };
+        let waiting = handle_rx.recv().unwrap();
+        // the drop that the drain runs: counts, lets the waiter call, and ends only once the
+        // waiter waits (sleeps between its looks) or has returned
+        let counted = Arc::new(Mutex::new(None));
+        let hook = {
+            let (live, done, counted) =
+                (Arc::clone(&live), Arc::clone(&done), Arc::clone(&counted));
+            Box::new(move || {
+                *counted.lock().unwrap() = Some((map.len(), live.load(SeqCst)));
+                go_tx.send(()).unwrap();
+                while !(returned.load(SeqCst) || waiting.in_sleep()) {
+                    thread::yield_now();
+                }
+                done.store(true, SeqCst);
+            }) as Box<dyn FnOnce() + Send>
+        };
+        // 16 exited ranks' values, one with the hook, swept by a first touch outside every read
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        let mut hook = Some(hook);
+        for k in &ranks {
+            let p = plain(&live);
+            *p.hook.lock().unwrap() = hook.take();
+            on_behalf_of(k.id(), || map.with_or(|| p, |_| ()));
+        }
+        drop(ranks);
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(|| plain(&live), |_| ()));
+        // nested first touches until one finds the batch ready: the drain at the outer read's end
+        // runs the hook
+        assert!(common::patiently(
+            || {
+                other.with_for(r, |_| {
+                    let k = Rank::new();
+                    on_behalf_of(k.id(), || map.with_or(|| plain(&live), |_| ()));
+                });
+                done.load(SeqCst)
+            },
+            || {},
+        ));
+        assert!(
+            waiter.join().unwrap(),
+            "reclaim_exited_blocking returned while a drain was dropping a value"
+        );
+        let (len, alive) = counted.lock().unwrap().expect("the hook ran");
+        assert!(
+            len >= alive,
+            "len said {len} while a drain was dropping: {alive} values alive"
+        );
         drop(first);
         map.reclaim_exited_blocking();
         assert_eq!(map.len(), live.load(SeqCst));
