@@ -23,6 +23,7 @@ common::backend_tests! {
     a_sync_value_lent_to_a_scoped_thread_from_a_guard,
     guards_forward_debug_and_display,
     a_guard_after_mut_access_keeps_what_left_the_gate,
+    a_late_guards_tombstone_is_swept_after_its_ranks_exit_was,
 }
 
 const THREADS: usize = if cfg!(miri) { 2 } else { 8 };
@@ -182,6 +183,33 @@ fn a_guard_held_by_a_late_destructor_defers_the_drop_to_it<B: Backend>() {
         [id],
         "dropped on another thread"
     );
+    rl.reclaim_exited_blocking();
+    assert_eq!(rl.len(), 0, "the tombstone was not swept");
+    assert_eq!(drops.load(SeqCst), 1, "dropped twice");
+}
+
+/// A sweep that takes the rank's exit while a late destructor's guard keeps the value finds
+/// nothing to free; the last guard's drop then leaves a tombstone with no exit left to deliver, and
+/// `reclaim_exited_blocking` still unpublishes it. Found by mutation testing: the gate's "tombstones
+/// wait" answering `false` (only a delivered exit started a sweep) survived.
+fn a_late_guards_tombstone_is_swept_after_its_ranks_exit_was<B: Backend>() {
+    let drops = common::leak(AtomicUsize::new(0));
+    let rl: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let t = thread::spawn(move || {
+        register_late();
+        let g = rl.get_own_or(|| Tally::new(common::leak(AtomicUsize::new(0)), drops));
+        at_late_exit(move || {
+            // the rank's exit is delivered: a sweep on another thread takes it, and leaves the
+            // value under the guard
+            let swept = thread::spawn(move || rl.reclaim_exited()).join().unwrap();
+            assert_eq!(swept, 0, "a sweep took a value under a live guard");
+            assert_eq!(rl.len(), 1);
+            drop(g);
+            assert_eq!(drops.load(SeqCst), 1, "the last guard did not drop it");
+        })
+    });
+    let late = t.join().unwrap();
+    late_result(late);
     rl.reclaim_exited_blocking();
     assert_eq!(rl.len(), 0, "the tombstone was not swept");
     assert_eq!(drops.load(SeqCst), 1, "dropped twice");

@@ -229,6 +229,30 @@ fn first_touches_sweep_when_due_baseline() {
     first_touches_sweep_when_due::<Baseline>();
 }
 
+/// A `RankLocal` with a gate (an owner's first touch made one) and no tombstone sweeps no more
+/// than one without: `reclaim_exited` and `iter` with nothing exited take no sweep. Found by
+/// mutation testing: the gate's "tombstones wait" answering `true` always (a sweep under the
+/// writer lock at every `iter` and `reclaim_exited`) survived.
+fn no_tombstone_no_sweep<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    rl.with_own_or(|| 7, |_| ());
+    let sweeps = events(&SWEEPS, || {
+        assert_eq!(rl.reclaim_exited(), 0);
+        assert_eq!(rl.iter().count(), 1);
+    });
+    assert_eq!(sweeps, 0, "a sweep with no exit and no tombstone");
+}
+
+#[test]
+fn no_tombstone_no_sweep_epoch() {
+    no_tombstone_no_sweep::<Epoch>();
+}
+
+#[test]
+fn no_tombstone_no_sweep_baseline() {
+    no_tombstone_no_sweep::<Baseline>();
+}
+
 crate::rank_local! {
     static SLOTTED: u64 = 5;
 }
