@@ -18,6 +18,7 @@ common::backend_tests! {
     own_inside_on_behalf_of_is_the_os_threads_own,
     with_own_and_with_reach_the_same_instance,
     with_own_values_are_dropped_at_exit_before_join,
+    with_own_values_of_many_maps_are_dropped_at_exit_before_join,
     exit_drops_run_on_the_thread_as_its_rank,
     leaked_get_own_values_are_kept_after_exit,
     with_upgraded_values_wait_for_a_sweep,
@@ -245,6 +246,36 @@ fn with_own_values_are_dropped_at_exit_before_join<B: Backend>() {
     rl.reclaim_exited_blocking();
     assert_eq!(rl.len(), 0);
     assert_eq!(drops.load(SeqCst), THREADS, "a value dropped twice");
+}
+
+/// One thread's values in many live `RankLocal`s (more than its exit hook's first pruning
+/// length, 4) are all dropped at its exit, before `join` returns: the hook's pruning keeps the
+/// exit work of every live `RankLocal`. Found by mutation testing: a pruning that dropped live
+/// `RankLocal`s' exit work survived (no test touched more than 4 with `with_own` on one thread).
+fn with_own_values_of_many_maps_are_dropped_at_exit_before_join<B: Backend>() {
+    let maps = if cfg!(miri) { 9 } else { 64 };
+    let sink: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
+    let drops: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
+    let rls: Vec<&'static RankLocal<Tally<'static>, B>> =
+        (0..maps).map(|_| common::leak(RankLocal::new())).collect();
+    let touched = rls.clone();
+    thread::spawn(move || {
+        for rl in touched {
+            rl.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(1));
+        }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        drops.load(SeqCst),
+        maps,
+        "values not dropped at their thread's exit"
+    );
+    assert_eq!(sink.load(SeqCst), maps);
+    for rl in rls {
+        rl.reclaim_exited_blocking();
+        assert_eq!(rl.len(), 0);
+    }
 }
 
 fn exit_drops_run_on_the_thread_as_its_rank<B: Backend>() {
