@@ -26,6 +26,7 @@ common::backend_tests! {
     exit_drop_while_the_rank_local_is_dropped,
     exit_drop_while_mut_operations_run,
     a_tombstone_is_refilled_and_never_iterated,
+    mut_access_never_yields_a_tombstone,
     a_value_made_by_a_late_destructor_is_swept,
     debug_shows_the_own_value_only,
     tombstones_wait_for_a_held_iterator_and_do_not_pile_up,
@@ -510,6 +511,46 @@ fn a_tombstone_is_refilled_and_never_iterated<B: Backend>() {
     assert_eq!(rl.len(), 1, "a sweep left the other tombstone");
     drop(rl);
     assert_eq!(drops.load(SeqCst), 3);
+}
+
+/// `iter_mut` and `into_iter` right after owners exited (their slots are tombstones, not swept
+/// yet) yield only the values still in place, and free the tombstones without dropping anything
+/// again. Found by mutation testing: `&mut` access that kept the tombstones in the map (and so
+/// handed out their moved-out values) survived.
+fn mut_access_never_yields_a_tombstone<B: Backend>() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    struct D(Arc<AtomicUsize>, u32);
+    impl Drop for D {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let mut rl = RankLocal::<D, B>::new();
+    let exit_owners = |rl: &RankLocal<D, B>| {
+        for i in 0..2 {
+            let d = Arc::clone(&drops);
+            thread::scope(|s| {
+                s.spawn(|| rl.with_own_or(|| D(d, i), |_| ()))
+                    .join()
+                    .unwrap(); // joined: its exit work has run
+            });
+        }
+    };
+    rl.with_own_or(|| D(Arc::clone(&drops), 9), |_| ()); // this thread's, in place
+    exit_owners(&rl);
+    assert_eq!(drops.load(SeqCst), 2, "dropped at exit");
+    let seen: Vec<u32> = rl.iter_mut().map(|(_, d)| d.1).collect();
+    assert_eq!(seen, [9], "iter_mut yielded a tombstone");
+    assert_eq!(rl.len(), 1, "iter_mut left the tombstones");
+    exit_owners(&rl);
+    assert_eq!(drops.load(SeqCst), 4, "dropped at exit");
+    let owned: Vec<(RankId, u32)> = rl.into_iter().map(|(r, d)| (r, d.1)).collect();
+    assert_eq!(
+        owned,
+        [(RankId::current(), 9)],
+        "into_iter yielded a tombstone"
+    );
+    assert_eq!(drops.load(SeqCst), 5, "a value dropped twice or not at all");
 }
 
 /// A value made by a thread-local destructor that runs after the crate's exit work is dropped by
