@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use ranklocal::{Backend, OwnRef, RankId, RankLocal};
+use ranklocal::{on_behalf_of, Backend, OwnRef, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     get_own_values_are_dropped_at_exit_before_join,
@@ -24,6 +24,7 @@ common::backend_tests! {
     guards_forward_debug_and_display,
     a_guard_after_mut_access_keeps_what_left_the_gate,
     a_late_guards_tombstone_is_swept_after_its_ranks_exit_was,
+    a_late_guard_dropped_for_another_rank_drops_the_value_as_its_own,
 }
 
 const THREADS: usize = if cfg!(miri) { 2 } else { 8 };
@@ -213,6 +214,33 @@ fn a_late_guards_tombstone_is_swept_after_its_ranks_exit_was<B: Backend>() {
     rl.reclaim_exited_blocking();
     assert_eq!(rl.len(), 0, "the tombstone was not swept");
     assert_eq!(drops.load(SeqCst), 1, "dropped twice");
+}
+
+/// The last guard of a value whose drop the exit work left to it, dropped inside
+/// `on_behalf_of(job, ..)` in a late destructor: the value is dropped as its own rank, not as the
+/// job. Found by mutation testing: the last guard's drop that dropped it as whatever rank the
+/// thread was acting as survived.
+fn a_late_guard_dropped_for_another_rank_drops_the_value_as_its_own<B: Backend>() {
+    struct AsWhom(&'static Mutex<Vec<RankId>>);
+    impl Drop for AsWhom {
+        fn drop(&mut self) {
+            self.0.lock().unwrap().push(RankId::current());
+        }
+    }
+    let seen: &'static Mutex<Vec<RankId>> = common::leak(Mutex::new(Vec::new()));
+    let rl: &'static RankLocal<AsWhom, B> = common::leak(RankLocal::new());
+    let job = Rank::new();
+    let job_id = job.id();
+    let t = thread::spawn(move || {
+        register_late();
+        let g = rl.get_own_or(|| AsWhom(seen));
+        let late = at_late_exit(move || on_behalf_of(job_id, move || drop(g)));
+        (RankId::this_thread(), late)
+    });
+    let (own, late) = t.join().unwrap();
+    late_result(late);
+    assert_eq!(*seen.lock().unwrap(), [own], "dropped as another rank");
+    drop(job);
 }
 
 /// `OwnRef::leak` in a late destructor: the value is kept, as a `get`'s is.
