@@ -25,6 +25,7 @@ common::backend_tests! {
     a_guard_after_mut_access_keeps_what_left_the_gate,
     a_late_guards_tombstone_is_swept_after_its_ranks_exit_was,
     a_late_guard_dropped_for_another_rank_drops_the_value_as_its_own,
+    a_late_guard_dropped_after_another_was_leaked_keeps_the_value,
 }
 
 const THREADS: usize = if cfg!(miri) { 2 } else { 8 };
@@ -263,6 +264,36 @@ fn a_guard_leaked_by_a_late_destructor_keeps_the_value<B: Backend>() {
     assert_eq!(drops.load(SeqCst), 0, "a leaked guard's value was dropped");
     assert_eq!(rl.len(), 1);
     assert_eq!(sink.load(SeqCst), 0);
+}
+
+/// Two guards held by a late destructor: one is leaked, then the other (the last) is dropped. The
+/// value is kept, as the leaked `&T` needs, not dropped by the last guard. Found by mutation
+/// testing: a last guard's drop that dropped the value whatever happened since survived.
+fn a_late_guard_dropped_after_another_was_leaked_keeps_the_value<B: Backend>() {
+    let sink = common::leak(AtomicUsize::new(0));
+    let drops = common::leak(AtomicUsize::new(0));
+    let rl: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let late = thread::spawn(move || {
+        register_late();
+        let g = rl.get_own_or(|| Tally::new(sink, drops));
+        let g2 = rl.get_own_or(|| unreachable!("exists"));
+        at_late_exit(move || {
+            let kept: &'static Tally = OwnRef::leak(g);
+            drop(g2); // the last counted guard
+            assert_eq!(
+                drops.load(SeqCst),
+                0,
+                "the last guard dropped a leaked value"
+            );
+            kept.n.set(9);
+        })
+    })
+    .join()
+    .unwrap();
+    late_result(late);
+    rl.reclaim_exited_blocking();
+    assert_eq!(drops.load(SeqCst), 0, "a leaked guard's value was dropped");
+    assert_eq!(rl.len(), 1);
 }
 
 /// A `Sync` value another thread read (`with_for` moved it on from the owner-only state) while a
