@@ -107,6 +107,15 @@ fn owner_with_after_get_takes_no_writer_lock<B: Backend>() {
             inserts, 0,
             "the owner's with went through insert (the writer lock) for an instance in the map"
         );
+        // and `get_own`, whose own entry is empty too: `get_own_slow_try`'s `fresh` inverted the
+        // same way survived mutation testing as well
+        let inserts = events(&INSERTS, || {
+            assert_eq!(*rl.get_own_or(|| unreachable!("exists")), 7);
+        });
+        assert_eq!(
+            inserts, 0,
+            "the owner's get_own went through insert (the writer lock) for an instance in the map"
+        );
     });
 }
 
