@@ -26,6 +26,9 @@ common::backend_tests! {
     nested_first_touch_drops_after_the_outer_read,
     #[cfg_attr(miri, ignore = "reads another thread's state in Linux's /proc")]
     a_drain_under_way_is_counted_and_waited_for,
+    #[cfg_attr(miri, ignore = "reads another thread's state in Linux's /proc")]
+    a_call_on_another_thread_takes_what_waits_for_a_reads_end,
+    a_drains_first_panic_is_the_one_kept,
     a_monitor_between_workers_keeps_nothing,
     a_free_running_monitor_keeps_at_most_what_it_saw_alive,
     overlapping_iterators_do_not_keep_exited_slots,
@@ -260,6 +263,128 @@ fn a_drain_under_way_is_counted_and_waited_for<B: Backend>() {
         drop(first);
         map.reclaim_exited_blocking();
         assert_eq!(map.len(), live.load(SeqCst));
+    });
+}
+
+/// Waits until the grace period of everything retired so far has passed: a batch of another map,
+/// retired after them, is waited for (the collector ends grace periods in the order they began).
+fn past_the_grace_period<B: Backend>() {
+    let later = RankLocal::<u8, B>::new();
+    let r = Rank::new();
+    on_behalf_of(r.id(), || later.with(|_| ()));
+    drop(r);
+    later.reclaim_exited_blocking();
+}
+
+/// What a nested first touch leaves for the end of the outer read is taken by a blocking
+/// reclamation call on another thread made before that end: dropped there, not by this thread's
+/// drain. Found by mutation testing: the limbo giving nothing to such a call (so the values
+/// waited for the outer read's end) survived.
+fn a_call_on_another_thread_takes_what_waits_for_a_reads_end<B: Backend>() {
+    common::within_deadline(|| {
+        struct Where(Arc<Mutex<Vec<thread::ThreadId>>>);
+        impl Drop for Where {
+            fn drop(&mut self) {
+                self.0.lock().unwrap().push(thread::current().id());
+            }
+        }
+        let dropped_on = Arc::new(Mutex::new(Vec::new()));
+        let new = || Where(Arc::clone(&dropped_on));
+        let map = RankLocal::<Where, B>::new();
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new(); // another rank: reading its value pins
+        let r = keeper.id();
+        on_behalf_of(r, || other.with(|_| ()));
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        for k in &ranks {
+            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+        }
+        drop(ranks);
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
+        past_the_grace_period::<B>();
+        let me = thread::current().id();
+        let k = Rank::new();
+        let map = &map;
+        thread::scope(|s| {
+            other.with_for(r, |_| {
+                // a nested first touch: the ready batch goes to the limbo, for this read's end
+                on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+                // a call outside every read, on another thread, meanwhile
+                let (tx, rx) = mpsc::channel();
+                let waiter = s.spawn(move || {
+                    tx.send(Blocked::this_thread()).unwrap();
+                    map.reclaim_exited_blocking();
+                });
+                let waiting = rx.recv().unwrap();
+                while !(waiter.is_finished()
+                    || waiting.in_sleep()
+                    || dropped_on.lock().unwrap().len() >= 16)
+                {
+                    thread::yield_now();
+                }
+            });
+        });
+        let dropped_on = dropped_on.lock().unwrap();
+        assert_eq!(dropped_on.len(), 16);
+        assert!(
+            !dropped_on.contains(&me),
+            "values waited for the read's end though a call outside every read came first"
+        );
+    });
+}
+
+/// Two drains whose values' drops panic, with no reclamation call between them: the next call
+/// re-raises the first panic (the second is dropped). Found by mutation testing: a drain that
+/// replaced the kept panic with its own survived.
+fn a_drains_first_panic_is_the_one_kept<B: Backend>() {
+    common::within_deadline(|| {
+        struct Boom(Option<&'static str>);
+        impl Drop for Boom {
+            fn drop(&mut self) {
+                if let Some(m) = self.0 {
+                    panic!("{m}");
+                }
+            }
+        }
+        let map = RankLocal::<Boom, B>::new();
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new(); // another rank: reading its value pins
+        let r = keeper.id();
+        on_behalf_of(r, || other.with(|_| ()));
+        // 16 exited ranks' values, the first of which panics with `msg`
+        let exit_16 = |msg: &'static str| {
+            let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+            for (i, k) in ranks.iter().enumerate() {
+                on_behalf_of(k.id(), || {
+                    map.with_or(|| Boom((i == 0).then_some(msg)), |_| ())
+                });
+            }
+        };
+        // a first touch nested in another read (its rank kept live)
+        let mut live = Vec::new();
+        let mut nested = || {
+            let k = Rank::new();
+            other.with_for(r, |_| {
+                on_behalf_of(k.id(), || map.with_or(|| Boom(None), |_| ()));
+            });
+            live.push(k);
+        };
+        exit_16("first");
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(|| Boom(None), |_| ())); // sweeps: a batch
+        past_the_grace_period::<B>();
+        nested(); // the batch to the limbo, drained at the read's end: "first" kept
+        exit_16("second");
+        nested(); // sweeps (16 exits, due) inside the read: a batch, not ready
+        past_the_grace_period::<B>();
+        nested(); // the batch to the limbo, drained at the read's end: "second" dropped
+        let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            map.reclaim_exited_blocking()
+        }))
+        .expect_err("the drains' panic was not re-raised");
+        assert_eq!(common::panic_message(&*p), "first", "not the first panic");
+        drop(first);
     });
 }
 
