@@ -29,6 +29,7 @@ common::backend_tests! {
     #[cfg_attr(miri, ignore = "reads another thread's state in Linux's /proc")]
     a_call_on_another_thread_takes_what_waits_for_a_reads_end,
     a_drains_first_panic_is_the_one_kept,
+    a_held_iterator_keeps_nothing_published_after_it,
     a_monitor_between_workers_keeps_nothing,
     a_free_running_monitor_keeps_at_most_what_it_saw_alive,
     overlapping_iterators_do_not_keep_exited_slots,
@@ -385,6 +386,33 @@ fn a_drains_first_panic_is_the_one_kept<B: Backend>() {
         .expect_err("the drains' panic was not re-raised");
         assert_eq!(common::panic_message(&*p), "first", "not the first panic");
         drop(first);
+    });
+}
+
+/// An iterator held while ranks come and go keeps none of the values published after it began
+/// (its snapshot cannot hold them): they are freed once their ranks exit. Found by mutation
+/// testing: an instance's publication count read as 0 or 1 (so an older walk seemed to hold it)
+/// survived.
+fn a_held_iterator_keeps_nothing_published_after_it<B: Backend>() {
+    common::within_deadline(|| {
+        let live = Arc::new(AtomicUsize::new(0));
+        let map = RankLocal::<Live, B>::new();
+        map.with_or(|| Live::new(&live), |_| ());
+        assert_eq!(map.iter().count(), 1); // walks 1 and 2 end
+        assert_eq!(map.iter().count(), 1);
+        let held = map.iter(); // walk 3, held
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        for k in &ranks {
+            on_behalf_of(k.id(), || map.with_or(|| Live::new(&live), |_| ()));
+        }
+        drop(ranks);
+        map.reclaim_exited_blocking();
+        assert_eq!(
+            live.load(SeqCst),
+            1,
+            "a held iterator kept values published after it began"
+        );
+        assert_eq!(held.count(), 1);
     });
 }
 

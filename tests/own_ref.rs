@@ -26,6 +26,7 @@ common::backend_tests! {
     a_late_guards_tombstone_is_swept_after_its_ranks_exit_was,
     a_late_guard_dropped_for_another_rank_drops_the_value_as_its_own,
     a_late_guard_dropped_after_another_was_leaked_keeps_the_value,
+    try_get_own_finds_a_value_made_by_with_or_get,
 }
 
 const THREADS: usize = if cfg!(miri) { 2 } else { 8 };
@@ -294,6 +295,20 @@ fn a_late_guard_dropped_after_another_was_leaked_keeps_the_value<B: Backend>() {
     rl.reclaim_exited_blocking();
     assert_eq!(drops.load(SeqCst), 0, "a leaked guard's value was dropped");
     assert_eq!(rl.len(), 1);
+}
+
+/// `try_get_own` finds the thread's value however it was made: by `with` (its owner entry is not
+/// the owner-only one) or by `get` (a kept value). Found by mutation testing: its slow path
+/// answering `None` survived (every test made the value with the owner-only family first).
+fn try_get_own_finds_a_value_made_by_with_or_get<B: Backend>() {
+    let by_with = RankLocal::<AtomicUsize, B>::new();
+    by_with.with(|v| v.store(3, SeqCst));
+    assert_eq!(by_with.try_get_own().map(|v| v.load(SeqCst)), Some(3));
+    let by_get = RankLocal::<AtomicUsize, B>::new();
+    by_get.get_or(|| AtomicUsize::new(4));
+    assert_eq!(by_get.try_get_own().map(|v| v.load(SeqCst)), Some(4));
+    let none = RankLocal::<AtomicUsize, B>::new();
+    assert!(none.try_get_own().is_none());
 }
 
 /// A `Sync` value another thread read (`with_for` moved it on from the owner-only state) while a
