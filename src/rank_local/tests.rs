@@ -117,6 +117,17 @@ fn owner_with_after_get_takes_no_writer_lock<B: Backend>() {
             "the owner's get_own went through insert (the writer lock) for an instance in the map"
         );
     });
+    on_fresh_thread(|| {
+        rl.get_or(|| 8);
+        // `with_own` likewise (`with_own_slow`'s `fresh` inverted survived too)
+        let inserts = events(&INSERTS, || {
+            rl.with_own_or(|| unreachable!(), |v| assert_eq!(*v, 8))
+        });
+        assert_eq!(
+            inserts, 0,
+            "the owner's with_own went through insert (the writer lock) for an instance in the map"
+        );
+    });
 }
 
 #[test]
@@ -127,6 +138,42 @@ fn owner_with_after_get_takes_no_writer_lock_epoch() {
 #[test]
 fn owner_with_after_get_takes_no_writer_lock_baseline() {
     owner_with_after_get_takes_no_writer_lock::<Baseline>();
+}
+
+/// The owner's `with` and `with_own`, after their first call, are served by the thread cache's
+/// owner entries: no map lookup (pinned or under the writer lock). Found by mutation testing: the owner entry's key built
+/// with `&` instead of `|` (a key that never hits: every call took the slow path, with the same
+/// values) survived.
+fn owner_scoped_reads_hit_the_thread_cache<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    on_fresh_thread(|| {
+        rl.with_or(|| 5, |_| ());
+        rl.with_own(|_| ());
+        let reads = || {
+            for _ in 0..5 {
+                rl.with(|v| assert_eq!(*v, 5));
+                rl.with_own(|v| assert_eq!(*v, 5));
+            }
+        };
+        // (`Baseline`'s owner lookup counts neither: on it the check is only that nothing does)
+        let mut unpinned = 0;
+        let pinned = events(&MAP_LOOKUPS, || unpinned = events(&UNPINNED_LOOKUPS, reads));
+        assert_eq!(
+            (pinned, unpinned),
+            (0, 0),
+            "the owner's scoped reads missed the thread cache"
+        );
+    });
+}
+
+#[test]
+fn owner_scoped_reads_hit_the_thread_cache_epoch() {
+    owner_scoped_reads_hit_the_thread_cache::<Epoch>();
+}
+
+#[test]
+fn owner_scoped_reads_hit_the_thread_cache_baseline() {
+    owner_scoped_reads_hit_the_thread_cache::<Baseline>();
 }
 
 /// `Baseline` is the C++ design: the read lock for every delegated lookup, never the cache.
