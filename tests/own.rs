@@ -27,6 +27,7 @@ common::backend_tests! {
     exit_drop_while_mut_operations_run,
     a_tombstone_is_refilled_and_never_iterated,
     mut_access_never_yields_a_tombstone,
+    a_value_iter_mut_took_from_its_owner_is_swept_after_the_owner_exits,
     a_value_made_by_a_late_destructor_is_swept,
     debug_shows_the_own_value_only,
     tombstones_wait_for_a_held_iterator_and_do_not_pile_up,
@@ -468,6 +469,45 @@ fn exit_drop_while_mut_operations_run<B: Backend>() {
         assert!(ok, "op {op}: {} drops", drops.load(SeqCst));
         assert!(sink.load(SeqCst) >= THREADS, "op {op}");
     }
+}
+
+/// `iter_mut` while an owner that reached its value only by `with_own` is still alive: the value
+/// leaves the exit work's reach (as any `&mut` access's does) and becomes an ordinary one, which a
+/// sweep drops once the owner has exited. Found by mutation testing: `&mut` access that left it
+/// owner-only (so neither the exit work nor any sweep ever dropped it) survived.
+fn a_value_iter_mut_took_from_its_owner_is_swept_after_the_owner_exits<B: Backend>() {
+    let drops: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
+    let sink: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
+    let rl = Arc::new(std::sync::Mutex::new(RankLocal::<Tally<'static>, B>::new()));
+    let (touched_tx, touched_rx) = mpsc::channel::<()>();
+    let (exit_tx, exit_rx) = mpsc::channel::<()>();
+    let owner = {
+        let rl = Arc::clone(&rl);
+        thread::spawn(move || {
+            rl.lock()
+                .unwrap()
+                .with_own_or(|| Tally::new(sink, drops), |t| t.n.set(1));
+            touched_tx.send(()).unwrap();
+            exit_rx.recv().unwrap();
+        })
+    };
+    touched_rx.recv().unwrap();
+    {
+        let mut rl = rl.lock().unwrap();
+        let n: usize = rl.iter_mut().map(|(_, t)| t.n.get()).sum();
+        assert_eq!(n, 1);
+    }
+    exit_tx.send(()).unwrap();
+    owner.join().unwrap();
+    assert_eq!(
+        drops.load(SeqCst),
+        0,
+        "dropped by the exit work after iter_mut took it"
+    );
+    let rl = rl.lock().unwrap();
+    rl.reclaim_exited_blocking();
+    assert_eq!(drops.load(SeqCst), 1, "not dropped after its owner exited");
+    assert_eq!(rl.len(), 0);
 }
 
 /// After its owner exits, a rank's slot is a tombstone: `iter` never yields it, a delegate of the
