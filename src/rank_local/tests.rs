@@ -140,19 +140,22 @@ fn owner_with_after_get_takes_no_writer_lock_baseline() {
     owner_with_after_get_takes_no_writer_lock::<Baseline>();
 }
 
-/// The owner's `with` and `with_own`, after their first call, are served by the thread cache's
-/// owner entries: no map lookup (pinned or under the writer lock). Found by mutation testing: the owner entry's key built
-/// with `&` instead of `|` (a key that never hits: every call took the slow path, with the same
-/// values) survived.
+/// The owner's `with`, `with_own` and `get_own`, after their first call, are served by the thread
+/// cache's owner entries: no map lookup (pinned or under the writer lock). Found by mutation
+/// testing: the owner entries' keys built with `&` instead of `|`, and the `get_own` entry's
+/// lookup answering `None` (keys or lookups that never hit: every call took the slow path, with
+/// the same values) survived.
 fn owner_scoped_reads_hit_the_thread_cache<B: Backend>() {
     let rl = RankLocal::<u64, B>::new();
     on_fresh_thread(|| {
         rl.with_or(|| 5, |_| ());
         rl.with_own(|_| ());
+        drop(rl.get_own());
         let reads = || {
             for _ in 0..5 {
                 rl.with(|v| assert_eq!(*v, 5));
                 rl.with_own(|v| assert_eq!(*v, 5));
+                assert_eq!(*rl.get_own(), 5);
             }
         };
         // (`Baseline`'s owner lookup counts neither: on it the check is only that nothing does)
