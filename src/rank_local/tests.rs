@@ -8,8 +8,8 @@
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
     self, BATCH_SCANS, CLAIM_NOTIFIES, HELPS, INSERTS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS,
-    OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, UNPINNED_LOOKUPS, WALKED_UNDER_LOCK,
-    WATCHER_PRUNES,
+    OWNER_LOOKUPS, OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, UNPINNED_LOOKUPS,
+    WALKED_UNDER_LOCK, WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
@@ -143,27 +143,32 @@ fn owner_with_after_get_takes_no_writer_lock_baseline() {
 /// The owner's `with`, `with_own` and `get_own`, after their first call, are served by the thread
 /// cache's owner entries: no map lookup (pinned or under the writer lock). Found by mutation
 /// testing: the owner entries' keys built with `&` instead of `|`, and the `get_own` entry's
-/// lookup answering `None` (keys or lookups that never hit: every call took the slow path, with
-/// the same values) survived.
+/// lookup answering `None`, and the own entry filled only for the instances it must not be filled
+/// for (keys or lookups that never hit: every call took the slow path, with the same values)
+/// survived.
 fn owner_scoped_reads_hit_the_thread_cache<B: Backend>() {
     let rl = RankLocal::<u64, B>::new();
+    let owned = RankLocal::<u64, B>::new(); // reached by the owner-only family alone
     on_fresh_thread(|| {
         rl.with_or(|| 5, |_| ());
-        rl.with_own(|_| ());
-        drop(rl.get_own());
+        owned.with_own_or(|| 6, |_| ());
         let reads = || {
             for _ in 0..5 {
                 rl.with(|v| assert_eq!(*v, 5));
                 rl.with_own(|v| assert_eq!(*v, 5));
                 assert_eq!(*rl.get_own(), 5);
+                assert_eq!(*owned.get_own(), 6);
+                owned.with_own(|v| assert_eq!(*v, 6));
             }
         };
-        // (`Baseline`'s owner lookup counts neither: on it the check is only that nothing does)
-        let mut unpinned = 0;
-        let pinned = events(&MAP_LOOKUPS, || unpinned = events(&UNPINNED_LOOKUPS, reads));
+        reads(); // each call's first: fills the entries
+        let (mut unpinned, mut owner) = (0, 0);
+        let pinned = events(&MAP_LOOKUPS, || {
+            unpinned = events(&UNPINNED_LOOKUPS, || owner = events(&OWNER_LOOKUPS, reads))
+        });
         assert_eq!(
-            (pinned, unpinned),
-            (0, 0),
+            (pinned, unpinned, owner),
+            (0, 0, 0),
             "the owner's scoped reads missed the thread cache"
         );
     });
