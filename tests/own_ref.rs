@@ -27,6 +27,7 @@ common::backend_tests! {
     a_late_guard_dropped_for_another_rank_drops_the_value_as_its_own,
     a_late_guard_dropped_after_another_was_leaked_keeps_the_value,
     try_get_own_finds_a_value_made_by_with_or_get,
+    the_owner_only_family_makes_values_in_a_late_destructor,
 }
 
 const THREADS: usize = if cfg!(miri) { 2 } else { 8 };
@@ -309,6 +310,66 @@ fn try_get_own_finds_a_value_made_by_with_or_get<B: Backend>() {
     assert_eq!(by_get.try_get_own().map(|v| v.load(SeqCst)), Some(4));
     let none = RankLocal::<AtomicUsize, B>::new();
     assert!(none.try_get_own().is_none());
+}
+
+/// In a destructor that runs after the crate's exit work, `get_own_or` and `with_own_or` on maps
+/// the thread never touched (or whose value its exit work dropped) make the values (std's
+/// thread-locals would too) and reach them again;
+/// a later sweep drops `with_own`'s, and `get_own`'s is kept (its guard escaped it). Found by mutation testing: the late paths' own-rank checks
+/// answering `None` (or inverted) survived.
+fn the_owner_only_family_makes_values_in_a_late_destructor<B: Backend>() {
+    let sink = common::leak(AtomicUsize::new(0));
+    let drops = common::leak(AtomicUsize::new(0));
+    let by_get: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let by_with: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let again: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let late = thread::spawn(move || {
+        register_late();
+        again.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(10)); // dropped at exit
+        at_late_exit(move || {
+            assert_eq!(
+                drops.load(SeqCst),
+                1,
+                "the exit work did not drop it (test setup)"
+            );
+            // its slot is a tombstone: the value is made anew
+            let mut made = false;
+            again.with_own_or(
+                || {
+                    made = true;
+                    Tally::new(sink, drops)
+                },
+                |t| assert_eq!(t.n.get(), 0, "a dropped value was lent"),
+            );
+            assert!(made, "with_own_or reached the value its exit work dropped");
+            let g = by_get.get_own_or(|| Tally::new(sink, drops));
+            g.n.set(1);
+            let g2 = by_get.get_own_or(|| unreachable!("made just above"));
+            assert!(std::ptr::eq(&*g, &*g2));
+            drop((g, g2));
+            by_with.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(2));
+            by_with.with_own_or(
+                || unreachable!("made just above"),
+                |t| t.n.set(t.n.get() + 1),
+            );
+        })
+    })
+    .join()
+    .unwrap();
+    late_result(late);
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "dropped before its rank's exit was swept"
+    );
+    by_get.reclaim_exited_blocking();
+    by_with.reclaim_exited_blocking();
+    again.reclaim_exited_blocking();
+    // `with_own`'s are swept; `get_own`'s is kept (a late guard escapes it, as documented)
+    assert_eq!(drops.load(SeqCst), 3, "a late with_own value was not swept");
+    assert_eq!(sink.load(SeqCst), 13);
+    assert_eq!((by_get.len(), by_get.kept_exited()), (1, 1));
+    assert_eq!((by_with.len(), again.len()), (0, 0));
 }
 
 /// A `Sync` value another thread read (`with_for` moved it on from the owner-only state) while a
