@@ -495,6 +495,16 @@ fn first_touches_help_a_waiting_batch_every_8th<B: Backend>() {
         drop(release_tx);
         assert_eq!(helps, 8, "helps in 64 first touches while a batch waits");
     });
+    // and none once nothing waits (found by mutation testing: "no batch waits" answering `false`
+    // always, so every 8th first touch flushed the collector for nothing, survived)
+    rl.reclaim_exited_blocking();
+    let more: Vec<Rank> = (0..64).map(|_| Rank::new()).collect();
+    let helps = events(&HELPS, || {
+        for r in &more {
+            on_behalf_of(r.id(), || rl.get_or(|| 0));
+        }
+    });
+    assert_eq!(helps, 0, "helps in 64 first touches while nothing waits");
 }
 
 #[test]
