@@ -30,6 +30,7 @@ common::backend_tests! {
     a_call_on_another_thread_takes_what_waits_for_a_reads_end,
     a_drains_first_panic_is_the_one_kept,
     a_held_iterator_keeps_nothing_published_after_it,
+    a_readers_drop_drops_no_value_of_a_map_dropped_meanwhile,
     a_monitor_between_workers_keeps_nothing,
     a_free_running_monitor_keeps_at_most_what_it_saw_alive,
     overlapping_iterators_do_not_keep_exited_slots,
@@ -413,6 +414,92 @@ fn a_held_iterator_keeps_nothing_published_after_it<B: Backend>() {
             "a held iterator kept values published after it began"
         );
         assert_eq!(held.count(), 1);
+    });
+}
+
+/// A first touch made while this thread holds a reader leaves what its sweep finds ready queued:
+/// nothing waits for the reader's drop, which may come after the map is dropped on another
+/// thread. So the map's drop there drops every value before it returns. Found by mutation
+/// testing: sending them to the limbo under a held reader too (the reader's drop then dropped
+/// them, while the map's drop had returned) survived.
+fn a_readers_drop_drops_no_value_of_a_map_dropped_meanwhile<B: Backend>() {
+    common::within_deadline(|| {
+        enum Msg {
+            /// A value's drop runs on the reader's thread, at the reader's drop.
+            InReadersDrop,
+            /// The reader's drop returned.
+            ReaderDropped,
+        }
+        struct D {
+            drops: Arc<AtomicUsize>,
+            reader_thread: thread::ThreadId,
+            tx: mpsc::Sender<Msg>,
+            released: Arc<Mutex<mpsc::Receiver<()>>>,
+        }
+        impl Drop for D {
+            fn drop(&mut self) {
+                if thread::current().id() == self.reader_thread {
+                    let _ = self.tx.send(Msg::InReadersDrop);
+                    // the map's drop on the other thread returns meanwhile (bounded: a failed
+                    // check must not hang)
+                    let _ = self
+                        .released
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(10));
+                }
+                self.drops.fetch_add(1, SeqCst);
+            }
+        }
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(release_rx));
+        let me = thread::current().id();
+        let new = || D {
+            drops: Arc::clone(&drops),
+            reader_thread: me,
+            tx: tx.clone(),
+            released: Arc::clone(&released),
+        };
+        let map = Arc::new(RankLocal::<D, B>::new());
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new();
+        on_behalf_of(keeper.id(), || other.with(|_| ()));
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        for k in &ranks {
+            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+        }
+        drop(ranks);
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
+        past_the_grace_period::<B>();
+        // the last `Arc` of the map, dropped on another thread once the reader's drop has begun
+        // dropping values or has returned
+        let dropper = {
+            let map = Arc::clone(&map);
+            let drops = Arc::clone(&drops);
+            thread::spawn(move || {
+                let _ = rx.recv().unwrap();
+                drop(map);
+                let n = drops.load(SeqCst);
+                let _ = release_tx.send(());
+                n
+            })
+        };
+        let k = Rank::new();
+        let reader = other.pin();
+        assert!(reader.get_for(keeper.id()).is_some()); // the reader pins
+        on_behalf_of(k.id(), || map.with_or(new, |_| ())); // a first touch under the reader
+        drop(map);
+        drop(reader);
+        let _ = tx.send(Msg::ReaderDropped);
+        assert_eq!(
+            dropper.join().unwrap(),
+            18,
+            "the map's drop returned before every value was dropped"
+        );
+        drop((first, k));
     });
 }
 
