@@ -47,6 +47,8 @@ std::thread_local! {
     /// Map lookups of the live owner's own instance by a plain map read (`LiveOwner::get`: a
     /// miss of the owner-only family's thread-cache entry).
     pub(crate) static OWNER_LOOKUPS: Cell<u64> = const { Cell::new(0) };
+    /// Prunes of a thread's exit work list (`identity::add_exit_work`).
+    pub(crate) static EXIT_WORK_PRUNES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Counts one event (unit tests only).

@@ -7,8 +7,8 @@
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
-    self, BATCH_SCANS, CLAIM_NOTIFIES, HELPS, INSERTS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS,
-    OWNER_LOOKUPS, OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, UNPINNED_LOOKUPS,
+    self, BATCH_SCANS, CLAIM_NOTIFIES, EXIT_WORK_PRUNES, HELPS, INSERTS, KEY_SLOW, LIVE_LOCKS,
+    MAP_LOOKUPS, OWNER_LOOKUPS, OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, UNPINNED_LOOKUPS,
     WALKED_UNDER_LOCK, WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
@@ -419,6 +419,28 @@ fn a_ranks_exit_watchers_are_pruned_at_doubling_lengths() {
         assert!(
             prunes <= u64::from(u32::BITS - 1 - n.leading_zeros()),
             "{prunes} prunes for {n} watchers"
+        );
+    });
+}
+
+/// The same for a thread's exit work list: a thread that reaches thousands of live maps through
+/// `with_own` (each registers its exit work) prunes the list a logarithmic number of times. Found
+/// by mutation testing: the next prune length `2 * len` turned into `2 + len` or `2 / len`, and
+/// the check `len >= prune_at` into `<` (a prune, a scan and a sort of the whole list, at every
+/// registration or every other one) survived.
+#[test]
+fn a_threads_exit_work_is_pruned_at_doubling_lengths() {
+    on_fresh_thread(|| {
+        let n: u32 = if cfg!(miri) { 64 } else { 4_096 };
+        let maps: Vec<RankLocal<u64, Epoch>> = (0..n).map(|_| RankLocal::new()).collect();
+        let prunes = events(&EXIT_WORK_PRUNES, || {
+            for rl in &maps {
+                rl.with_own(|_| ()); // the owner-only first touch registers its exit work
+            }
+        });
+        assert!(
+            prunes <= u64::from(u32::BITS - 1 - n.leading_zeros()),
+            "{prunes} prunes for {n} registrations"
         );
     });
 }
