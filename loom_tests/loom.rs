@@ -1609,3 +1609,41 @@ fn m29_late_owner_races_an_adoption_epoch() {
         late_owner_races_an_adoption::<Epoch>,
     );
 }
+
+/// 30. Two readers of an OWNED instance on two other threads: one escapes it (`get_for`, OWNED →
+///     ESCAPED), the other reads it scoped (`with_for`, OWNED → SCOPED). Whichever CAS wins, both
+///     read the value: a scoped reader whose first look saw OWNED, or whose CAS lost, and that
+///     then finds it ESCAPED reads it as it is (never as absent). Added for a mutant no native
+///     test can catch (the ESCAPED arm of the upgrade's CAS loop deleted).
+fn two_readers_of_an_owned_instance<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    assert_eq!(rl.with_own(Canary::look), 5);
+    let id = RankId::this_thread();
+    let escaper = {
+        let rl = rl.clone();
+        thread::spawn(move || rl.get_for(id).map(Canary::look))
+    };
+    let scoped = {
+        let rl = rl.clone();
+        thread::spawn(move || rl.with_for(id, Canary::look))
+    };
+    assert_eq!(escaper.join().unwrap(), Some(5));
+    assert_eq!(
+        scoped.join().unwrap(),
+        Some(5),
+        "the scoped reader missed a live value"
+    );
+    outcome(1);
+    ranklocal::__loom_exit_thread();
+}
+
+#[test]
+fn m30_two_readers_of_an_owned_instance_epoch() {
+    model(
+        "m30 two readers of an OWNED instance, one escaping (epoch)",
+        145_000,
+        0b1,
+        two_readers_of_an_owned_instance::<Epoch>,
+    );
+}
