@@ -1647,3 +1647,47 @@ fn m30_two_readers_of_an_owned_instance_epoch() {
         two_readers_of_an_owned_instance::<Epoch>,
     );
 }
+
+/// 31. The exit drop (I39) races a delegate's first touch of the exiting rank (`with_or` inside
+///     `on_behalf_of` on another thread): the delegate either moves the live value on first (and
+///     reads it; the exit work then leaves it to a sweep) or finds it gone and refills the slot
+///     with a new value, after the exit work has moved the old one out under the gate lock (it
+///     waits for that lock if it finds the move under way). Never the moved-out value, never a
+///     refill before the tombstone is made.
+fn exit_drop_while_a_delegate_refills<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    assert_eq!(rl.with_own(Canary::look), 5);
+    let id = RankId::this_thread();
+    let delegate = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let mut made = false;
+            let seen = on_behalf_of(id, || {
+                rl.with_or(
+                    || {
+                        made = true;
+                        Canary::default()
+                    },
+                    Canary::look,
+                )
+            });
+            (seen, made)
+        })
+    };
+    ranklocal::__loom_exit_thread();
+    let (seen, made) = delegate.join().unwrap();
+    assert_eq!(seen, 5, "read a dropped value");
+    // 1: the delegate moved the live value on first; 2: it refilled the slot
+    outcome(if made { 2 } else { 1 });
+}
+
+#[test]
+fn m31_exit_drop_while_a_delegate_refills_epoch() {
+    model(
+        "m31 exit drop while a delegate first-touches the rank (epoch)",
+        900,
+        0b11,
+        exit_drop_while_a_delegate_refills::<Epoch>,
+    );
+}
