@@ -1609,3 +1609,85 @@ fn m29_late_owner_races_an_adoption_epoch() {
         late_owner_races_an_adoption::<Epoch>,
     );
 }
+
+/// 30. Two readers of an OWNED instance on two other threads: one escapes it (`get_for`, OWNED →
+///     ESCAPED), the other reads it scoped (`with_for`, OWNED → SCOPED). Whichever CAS wins, both
+///     read the value: a scoped reader whose first look saw OWNED, or whose CAS lost, and that
+///     then finds it ESCAPED reads it as it is (never as absent). Added for a mutant no native
+///     test can catch (the ESCAPED arm of the upgrade's CAS loop deleted).
+fn two_readers_of_an_owned_instance<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    assert_eq!(rl.with_own(Canary::look), 5);
+    let id = RankId::this_thread();
+    let escaper = {
+        let rl = rl.clone();
+        thread::spawn(move || rl.get_for(id).map(Canary::look))
+    };
+    let scoped = {
+        let rl = rl.clone();
+        thread::spawn(move || rl.with_for(id, Canary::look))
+    };
+    assert_eq!(escaper.join().unwrap(), Some(5));
+    assert_eq!(
+        scoped.join().unwrap(),
+        Some(5),
+        "the scoped reader missed a live value"
+    );
+    outcome(1);
+    ranklocal::__loom_exit_thread();
+}
+
+#[test]
+fn m30_two_readers_of_an_owned_instance_epoch() {
+    model(
+        "m30 two readers of an OWNED instance, one escaping (epoch)",
+        145_000,
+        0b1,
+        two_readers_of_an_owned_instance::<Epoch>,
+    );
+}
+
+/// 31. The exit drop (I39) races a delegate's first touch of the exiting rank (`with_or` inside
+///     `on_behalf_of` on another thread): the delegate either moves the live value on first (and
+///     reads it; the exit work then leaves it to a sweep) or finds it gone and refills the slot
+///     with a new value, after the exit work has moved the old one out under the gate lock (it
+///     waits for that lock if it finds the move under way). Never the moved-out value, never a
+///     refill before the tombstone is made.
+fn exit_drop_while_a_delegate_refills<B: Backend>() {
+    ranklocal::__loom_register_thread();
+    let rl = Arc::new(RankLocal::<Canary, B>::new());
+    assert_eq!(rl.with_own(Canary::look), 5);
+    let id = RankId::this_thread();
+    let delegate = {
+        let rl = rl.clone();
+        thread::spawn(move || {
+            let mut made = false;
+            let seen = on_behalf_of(id, || {
+                rl.with_or(
+                    || {
+                        made = true;
+                        Canary::default()
+                    },
+                    Canary::look,
+                )
+            });
+            (seen, made)
+        })
+    };
+    ranklocal::__loom_exit_thread();
+    let (seen, made) = delegate.join().unwrap();
+    assert_eq!(seen, 5, "read a dropped value");
+    // 1: the delegate moved the live value on first; 2: it refilled the slot
+    outcome(if made { 2 } else { 1 });
+}
+
+#[test]
+fn m31_exit_drop_while_a_delegate_refills_epoch() {
+    model(
+        "m31 exit drop while a delegate first-touches the rank (epoch)",
+        900,
+        0b11,
+        exit_drop_while_a_delegate_refills::<Epoch>,
+    );
+}

@@ -44,6 +44,11 @@ std::thread_local! {
     pub(crate) static UNPINNED_LOOKUPS: Cell<u64> = const { Cell::new(0) };
     /// Map entries walked while holding a `RankLocal`'s writer lock (by `iter`, a sweep, ...).
     pub(crate) static WALKED_UNDER_LOCK: Cell<u64> = const { Cell::new(0) };
+    /// Map lookups of the live owner's own instance by a plain map read (`LiveOwner::get`: a
+    /// miss of the owner-only family's thread-cache entry).
+    pub(crate) static OWNER_LOOKUPS: Cell<u64> = const { Cell::new(0) };
+    /// Prunes of a thread's exit work list (`identity::add_exit_work`).
+    pub(crate) static EXIT_WORK_PRUNES: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Counts one event (unit tests only).

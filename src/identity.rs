@@ -524,6 +524,7 @@ pub(crate) fn add_exit_work(key: usize, make: impl FnOnce() -> Box<dyn ExitWork>
             };
             if hook.works.last().map(|w| w.key()) != Some(key) {
                 if hook.works.len() >= hook.prune_at {
+                    crate::counters::bump!(EXIT_WORK_PRUNES);
                     hook.works.retain(|w| w.is_live());
                     hook.works.sort_unstable_by_key(|w| w.key());
                     hook.works.dedup_by_key(|w| w.key());

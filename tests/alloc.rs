@@ -525,12 +525,16 @@ fn growth_per_round(warm: usize, rounds: usize, mut f: impl FnMut()) -> f64 {
     (LIVE_BYTES.load(Ordering::SeqCst) - before) as f64 / rounds as f64
 }
 
-/// What a scoped first touch registers stays bounded however many `RankLocal`s or ranks come and
-/// go: the inbox a rank's exit is delivered to, on each rank's list of watchers. Three kinds of
-/// round, each repeated 20,000 times, none growing the heap (under 8 bytes a round: keeping even
-/// one pointer a round would reach it):
+/// What a first touch registers stays bounded however many `RankLocal`s or ranks come and go: the
+/// inbox a rank's exit is delivered to, on each rank's list of watchers, and the exit work an
+/// owner's first touch registers with its thread. Four kinds of round, each repeated 20,000
+/// times, none growing the heap (under 8 bytes a round: keeping even one pointer a round would
+/// reach it):
 /// - a long-lived rank and this thread touch a new, short-lived `RankLocal` (scoped, so each asks
 ///   for the rank's exit): dropped `RankLocal`s' inboxes are pruned from the ranks' watcher lists;
+/// - this thread touches a new, short-lived `RankLocal` with `with_own` (each registers its exit
+///   work with the thread's exit hook): dropped `RankLocal`s' exit work is pruned from the hook's
+///   list (found by mutation testing: a hook that kept every one survived);
 /// - a long-lived rank touches one `RankLocal` again after each `clear`: its watcher list holds
 ///   the same inbox once;
 /// - a short-lived rank touches one long-lived `RankLocal` (scoped), with no explicit
@@ -546,6 +550,10 @@ fn inboxes_and_exit_watchers_do_not_grow_the_heap<B: Backend>() {
         on_behalf_of(job.id(), || rl.with(|_| ()));
         rl.with(|_| ());
     });
+    let owner_touched_rank_locals = growth_per_round(1_000, ROUNDS, || {
+        let rl: RankLocal<u8, B> = RankLocal::new();
+        rl.with_own_or(|| 0, |_| ());
+    });
     let mut cleared: RankLocal<u8, B> = RankLocal::new();
     let a_cleared_rank_local = growth_per_round(1_000, ROUNDS, || {
         on_behalf_of(job.id(), || cleared.with(|_| ()));
@@ -558,6 +566,10 @@ fn inboxes_and_exit_watchers_do_not_grow_the_heap<B: Backend>() {
     });
     for (what, grew) in [
         ("short-lived RankLocals", short_lived_rank_locals),
+        (
+            "short-lived RankLocals touched by with_own",
+            owner_touched_rank_locals,
+        ),
         ("a cleared RankLocal", a_cleared_rank_local),
         ("short-lived ranks", short_lived_ranks),
     ] {

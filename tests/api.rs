@@ -170,6 +170,34 @@ rank_local! {
     static ONLY_HERE: u8 = 0;
 }
 
+rank_local! {
+    /// Used by one test only: which rank's value each access sees.
+    static WHOSE: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+}
+
+/// Once the thread's own value is in the key's thread slot (its `get`), `get` and `with` run
+/// inside `on_behalf_of` still reach the delegated rank's value, never the thread's own.
+///
+/// Found by mutation testing: the fast paths' `acting_as_self() & p.is_some()` turned into `|` or
+/// `^` (which hand over the slot's value to any rank) survived, as no test delegated after filling
+/// the slot.
+#[test]
+fn a_keys_filled_slot_is_not_used_for_a_delegated_rank() {
+    WHOSE.get().lock().unwrap().push("own");
+    WHOSE.with(|v| v.lock().unwrap().push("own, with"));
+    let job = Rank::new();
+    on_behalf_of(job.id(), || {
+        WHOSE.with(|v| v.lock().unwrap().push("job, with"));
+        WHOSE.get().lock().unwrap().push("job, get");
+    });
+    assert_eq!(*WHOSE.get().lock().unwrap(), ["own", "own, with"]);
+    assert_eq!(
+        WHOSE.with_for(job.id(), |v| v.lock().unwrap().clone()),
+        Some(vec!["job, with", "job, get"]),
+        "the delegated rank's accesses reached another value"
+    );
+}
+
 /// A key's `is_empty` is `true` until a rank has an instance, `false` while one has, and `true`
 /// again once the instances are reclaimed; its `reclaim_exited` returns how many it took.
 ///

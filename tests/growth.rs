@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use ranklocal::{Backend, RankId, RankLocal};
+use std::sync::{mpsc, Mutex};
+
+use common::Blocked;
+use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     #[cfg_attr(
@@ -21,6 +24,13 @@ common::backend_tests! {
     )]
     nested_first_touches_stay_bounded,
     nested_first_touch_drops_after_the_outer_read,
+    #[cfg_attr(miri, ignore = "reads another thread's state in Linux's /proc")]
+    a_drain_under_way_is_counted_and_waited_for,
+    #[cfg_attr(miri, ignore = "reads another thread's state in Linux's /proc")]
+    a_call_on_another_thread_takes_what_waits_for_a_reads_end,
+    a_drains_first_panic_is_the_one_kept,
+    a_held_iterator_keeps_nothing_published_after_it,
+    a_readers_drop_drops_no_value_of_a_map_dropped_meanwhile,
     a_monitor_between_workers_keeps_nothing,
     a_free_running_monitor_keeps_at_most_what_it_saw_alive,
     overlapping_iterators_do_not_keep_exited_slots,
@@ -141,6 +151,11 @@ fn nested_first_touch_drops_after_the_outer_read<B: Backend>() {
                         before + 1,
                         "dropped inside the outer read"
                     );
+                    assert_eq!(
+                        map.len(),
+                        live.load(SeqCst),
+                        "len does not count what waits for the outer read's end"
+                    );
                 });
                 live.load(SeqCst) < 17
             },
@@ -149,6 +164,342 @@ fn nested_first_touch_drops_after_the_outer_read<B: Backend>() {
         drop(first);
         map.reclaim_exited_blocking();
         assert_eq!(map.len(), live.load(SeqCst));
+    });
+}
+
+/// A value whose drop first runs a hook (while its `Live` still counts it).
+struct Probe {
+    _live: Live,
+    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(f) = self.hook.get_mut().unwrap().take() {
+            f();
+        }
+    }
+}
+
+/// While the thread that ends the outer read drops what a nested first touch left for it (a
+/// drain), `len` still counts the values it has not finished dropping, and
+/// `reclaim_exited_blocking` on another thread waits for that drop to end before it returns.
+/// Found by mutation testing: `len` leaving out the drain's values, and the blocking call not
+/// waiting for a drain, survived (no test looked while a drain was under way).
+fn a_drain_under_way_is_counted_and_waited_for<B: Backend>() {
+    common::within_deadline(|| {
+        let live = Arc::new(AtomicUsize::new(0));
+        let map: &'static RankLocal<Probe, B> = common::leak(RankLocal::new());
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new(); // another rank: reading its value pins
+        let r = keeper.id();
+        on_behalf_of(r, || other.with(|_| ()));
+        let plain = |live: &Arc<AtomicUsize>| Probe {
+            _live: Live::new(live),
+            hook: Mutex::new(None),
+        };
+        // the blocking call, on another thread, once the drain's drop has begun
+        let (handle_tx, handle_rx) = mpsc::channel::<Blocked>();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let done = Arc::new(AtomicBool::new(false));
+        let returned = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (done, returned) = (Arc::clone(&done), Arc::clone(&returned));
+            thread::spawn(move || {
+                handle_tx.send(Blocked::this_thread()).unwrap();
+                go_rx.recv().unwrap();
+                map.reclaim_exited_blocking();
+                let seen_done = done.load(SeqCst);
+                returned.store(true, SeqCst);
+                seen_done
+            })
+        };
+        let waiting = handle_rx.recv().unwrap();
+        // the drop that the drain runs: counts, lets the waiter call, and ends only once the
+        // waiter waits (sleeps between its looks) or has returned
+        let counted = Arc::new(Mutex::new(None));
+        let hook = {
+            let (live, done, counted) =
+                (Arc::clone(&live), Arc::clone(&done), Arc::clone(&counted));
+            Box::new(move || {
+                *counted.lock().unwrap() = Some((map.len(), live.load(SeqCst)));
+                go_tx.send(()).unwrap();
+                while !(returned.load(SeqCst) || waiting.in_sleep()) {
+                    thread::yield_now();
+                }
+                done.store(true, SeqCst);
+            }) as Box<dyn FnOnce() + Send>
+        };
+        // 16 exited ranks' values, one with the hook, swept by a first touch outside every read
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        let mut hook = Some(hook);
+        for k in &ranks {
+            let p = plain(&live);
+            *p.hook.lock().unwrap() = hook.take();
+            on_behalf_of(k.id(), || map.with_or(|| p, |_| ()));
+        }
+        drop(ranks);
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(|| plain(&live), |_| ()));
+        // nested first touches until one finds the batch ready: the drain at the outer read's end
+        // runs the hook
+        assert!(common::patiently(
+            || {
+                other.with_for(r, |_| {
+                    let k = Rank::new();
+                    on_behalf_of(k.id(), || map.with_or(|| plain(&live), |_| ()));
+                });
+                done.load(SeqCst)
+            },
+            || {},
+        ));
+        assert!(
+            waiter.join().unwrap(),
+            "reclaim_exited_blocking returned while a drain was dropping a value"
+        );
+        let (len, alive) = counted.lock().unwrap().expect("the hook ran");
+        assert!(
+            len >= alive,
+            "len said {len} while a drain was dropping: {alive} values alive"
+        );
+        drop(first);
+        map.reclaim_exited_blocking();
+        assert_eq!(map.len(), live.load(SeqCst));
+    });
+}
+
+/// Waits until the grace period of everything retired so far has passed: a batch of another map,
+/// retired after them, is waited for (the collector ends grace periods in the order they began).
+fn past_the_grace_period<B: Backend>() {
+    let later = RankLocal::<u8, B>::new();
+    let r = Rank::new();
+    on_behalf_of(r.id(), || later.with(|_| ()));
+    drop(r);
+    later.reclaim_exited_blocking();
+}
+
+/// What a nested first touch leaves for the end of the outer read is taken by a blocking
+/// reclamation call on another thread made before that end: dropped there, not by this thread's
+/// drain. Found by mutation testing: the limbo giving nothing to such a call (so the values
+/// waited for the outer read's end) survived.
+fn a_call_on_another_thread_takes_what_waits_for_a_reads_end<B: Backend>() {
+    common::within_deadline(|| {
+        struct Where(Arc<Mutex<Vec<thread::ThreadId>>>);
+        impl Drop for Where {
+            fn drop(&mut self) {
+                self.0.lock().unwrap().push(thread::current().id());
+            }
+        }
+        let dropped_on = Arc::new(Mutex::new(Vec::new()));
+        let new = || Where(Arc::clone(&dropped_on));
+        let map = RankLocal::<Where, B>::new();
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new(); // another rank: reading its value pins
+        let r = keeper.id();
+        on_behalf_of(r, || other.with(|_| ()));
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        for k in &ranks {
+            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+        }
+        drop(ranks);
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
+        past_the_grace_period::<B>();
+        let me = thread::current().id();
+        let k = Rank::new();
+        let map = &map;
+        thread::scope(|s| {
+            other.with_for(r, |_| {
+                // a nested first touch: the ready batch goes to the limbo, for this read's end
+                on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+                // a call outside every read, on another thread, meanwhile
+                let (tx, rx) = mpsc::channel();
+                let waiter = s.spawn(move || {
+                    tx.send(Blocked::this_thread()).unwrap();
+                    map.reclaim_exited_blocking();
+                });
+                let waiting = rx.recv().unwrap();
+                while !(waiter.is_finished()
+                    || waiting.in_sleep()
+                    || dropped_on.lock().unwrap().len() >= 16)
+                {
+                    thread::yield_now();
+                }
+            });
+        });
+        let dropped_on = dropped_on.lock().unwrap();
+        assert_eq!(dropped_on.len(), 16);
+        assert!(
+            !dropped_on.contains(&me),
+            "values waited for the read's end though a call outside every read came first"
+        );
+    });
+}
+
+/// Two drains whose values' drops panic, with no reclamation call between them: the next call
+/// re-raises the first panic (the second is dropped). Found by mutation testing: a drain that
+/// replaced the kept panic with its own survived.
+fn a_drains_first_panic_is_the_one_kept<B: Backend>() {
+    common::within_deadline(|| {
+        struct Boom(Option<&'static str>);
+        impl Drop for Boom {
+            fn drop(&mut self) {
+                if let Some(m) = self.0 {
+                    panic!("{m}");
+                }
+            }
+        }
+        let map = RankLocal::<Boom, B>::new();
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new(); // another rank: reading its value pins
+        let r = keeper.id();
+        on_behalf_of(r, || other.with(|_| ()));
+        // 16 exited ranks' values, the first of which panics with `msg`
+        let exit_16 = |msg: &'static str| {
+            let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+            for (i, k) in ranks.iter().enumerate() {
+                on_behalf_of(k.id(), || {
+                    map.with_or(|| Boom((i == 0).then_some(msg)), |_| ())
+                });
+            }
+        };
+        // a first touch nested in another read (its rank kept live)
+        let mut live = Vec::new();
+        let mut nested = || {
+            let k = Rank::new();
+            other.with_for(r, |_| {
+                on_behalf_of(k.id(), || map.with_or(|| Boom(None), |_| ()));
+            });
+            live.push(k);
+        };
+        exit_16("first");
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(|| Boom(None), |_| ())); // sweeps: a batch
+        past_the_grace_period::<B>();
+        nested(); // the batch to the limbo, drained at the read's end: "first" kept
+        exit_16("second");
+        nested(); // sweeps (16 exits, due) inside the read: a batch, not ready
+        past_the_grace_period::<B>();
+        nested(); // the batch to the limbo, drained at the read's end: "second" dropped
+        let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            map.reclaim_exited_blocking()
+        }))
+        .expect_err("the drains' panic was not re-raised");
+        assert_eq!(common::panic_message(&*p), "first", "not the first panic");
+        drop(first);
+    });
+}
+
+/// An iterator held while ranks come and go keeps none of the values published after it began
+/// (its snapshot cannot hold them): they are freed once their ranks exit. Found by mutation
+/// testing: an instance's publication count read as 0 or 1 (so an older walk seemed to hold it)
+/// survived.
+fn a_held_iterator_keeps_nothing_published_after_it<B: Backend>() {
+    common::within_deadline(|| {
+        let live = Arc::new(AtomicUsize::new(0));
+        let map = RankLocal::<Live, B>::new();
+        map.with_or(|| Live::new(&live), |_| ());
+        assert_eq!(map.iter().count(), 1); // walks 1 and 2 end
+        assert_eq!(map.iter().count(), 1);
+        let held = map.iter(); // walk 3, held
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        for k in &ranks {
+            on_behalf_of(k.id(), || map.with_or(|| Live::new(&live), |_| ()));
+        }
+        drop(ranks);
+        map.reclaim_exited_blocking();
+        assert_eq!(
+            live.load(SeqCst),
+            1,
+            "a held iterator kept values published after it began"
+        );
+        assert_eq!(held.count(), 1);
+    });
+}
+
+/// A first touch made while this thread holds a reader leaves what its sweep finds ready queued:
+/// nothing waits for the reader's drop, which may come after the map is dropped on another
+/// thread. So the map's drop there drops every value before it returns. Found by mutation
+/// testing: sending them to the limbo under a held reader too (the reader's drop then dropped
+/// them, while the map's drop had returned) survived.
+fn a_readers_drop_drops_no_value_of_a_map_dropped_meanwhile<B: Backend>() {
+    common::within_deadline(|| {
+        enum Msg {
+            /// A value's drop runs on the reader's thread, at the reader's drop.
+            InReadersDrop,
+            /// The reader's drop returned.
+            ReaderDropped,
+        }
+        struct D {
+            drops: Arc<AtomicUsize>,
+            reader_thread: thread::ThreadId,
+            tx: mpsc::Sender<Msg>,
+            released: Arc<Mutex<mpsc::Receiver<()>>>,
+        }
+        impl Drop for D {
+            fn drop(&mut self) {
+                if thread::current().id() == self.reader_thread {
+                    let _ = self.tx.send(Msg::InReadersDrop);
+                    // the map's drop on the other thread returns meanwhile (bounded: a failed
+                    // check must not hang)
+                    let _ = self
+                        .released
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(10));
+                }
+                self.drops.fetch_add(1, SeqCst);
+            }
+        }
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(release_rx));
+        let me = thread::current().id();
+        let new = || D {
+            drops: Arc::clone(&drops),
+            reader_thread: me,
+            tx: tx.clone(),
+            released: Arc::clone(&released),
+        };
+        let map = Arc::new(RankLocal::<D, B>::new());
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new();
+        on_behalf_of(keeper.id(), || other.with(|_| ()));
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        for k in &ranks {
+            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+        }
+        drop(ranks);
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
+        past_the_grace_period::<B>();
+        // the last `Arc` of the map, dropped on another thread once the reader's drop has begun
+        // dropping values or has returned
+        let dropper = {
+            let map = Arc::clone(&map);
+            let drops = Arc::clone(&drops);
+            thread::spawn(move || {
+                let _ = rx.recv().unwrap();
+                drop(map);
+                let n = drops.load(SeqCst);
+                let _ = release_tx.send(());
+                n
+            })
+        };
+        let k = Rank::new();
+        let reader = other.pin();
+        assert!(reader.get_for(keeper.id()).is_some()); // the reader pins
+        on_behalf_of(k.id(), || map.with_or(new, |_| ())); // a first touch under the reader
+        drop(map);
+        drop(reader);
+        let _ = tx.send(Msg::ReaderDropped);
+        assert_eq!(
+            dropper.join().unwrap(),
+            18,
+            "the map's drop returned before every value was dropped"
+        );
+        drop((first, k));
     });
 }
 

@@ -18,6 +18,7 @@ common::backend_tests! {
     own_inside_on_behalf_of_is_the_os_threads_own,
     with_own_and_with_reach_the_same_instance,
     with_own_values_are_dropped_at_exit_before_join,
+    with_own_values_of_many_maps_are_dropped_at_exit_before_join,
     exit_drops_run_on_the_thread_as_its_rank,
     leaked_get_own_values_are_kept_after_exit,
     with_upgraded_values_wait_for_a_sweep,
@@ -25,6 +26,8 @@ common::backend_tests! {
     exit_drop_while_the_rank_local_is_dropped,
     exit_drop_while_mut_operations_run,
     a_tombstone_is_refilled_and_never_iterated,
+    mut_access_never_yields_a_tombstone,
+    a_value_iter_mut_took_from_its_owner_is_swept_after_the_owner_exits,
     a_value_made_by_a_late_destructor_is_swept,
     debug_shows_the_own_value_only,
     tombstones_wait_for_a_held_iterator_and_do_not_pile_up,
@@ -247,6 +250,36 @@ fn with_own_values_are_dropped_at_exit_before_join<B: Backend>() {
     assert_eq!(drops.load(SeqCst), THREADS, "a value dropped twice");
 }
 
+/// One thread's values in many live `RankLocal`s (more than its exit hook's first pruning
+/// length, 4) are all dropped at its exit, before `join` returns: the hook's pruning keeps the
+/// exit work of every live `RankLocal`. Found by mutation testing: a pruning that dropped live
+/// `RankLocal`s' exit work survived (no test touched more than 4 with `with_own` on one thread).
+fn with_own_values_of_many_maps_are_dropped_at_exit_before_join<B: Backend>() {
+    let maps = if cfg!(miri) { 9 } else { 64 };
+    let sink: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
+    let drops: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
+    let rls: Vec<&'static RankLocal<Tally<'static>, B>> =
+        (0..maps).map(|_| common::leak(RankLocal::new())).collect();
+    let touched = rls.clone();
+    thread::spawn(move || {
+        for rl in touched {
+            rl.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(1));
+        }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        drops.load(SeqCst),
+        maps,
+        "values not dropped at their thread's exit"
+    );
+    assert_eq!(sink.load(SeqCst), maps);
+    for rl in rls {
+        rl.reclaim_exited_blocking();
+        assert_eq!(rl.len(), 0);
+    }
+}
+
 fn exit_drops_run_on_the_thread_as_its_rank<B: Backend>() {
     struct Where(Arc<std::sync::Mutex<Vec<(thread::ThreadId, RankId)>>>);
     impl Drop for Where {
@@ -438,6 +471,45 @@ fn exit_drop_while_mut_operations_run<B: Backend>() {
     }
 }
 
+/// `iter_mut` while an owner that reached its value only by `with_own` is still alive: the value
+/// leaves the exit work's reach (as any `&mut` access's does) and becomes an ordinary one, which a
+/// sweep drops once the owner has exited. Found by mutation testing: `&mut` access that left it
+/// owner-only (so neither the exit work nor any sweep ever dropped it) survived.
+fn a_value_iter_mut_took_from_its_owner_is_swept_after_the_owner_exits<B: Backend>() {
+    let drops: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
+    let sink: &'static AtomicUsize = common::leak(AtomicUsize::new(0));
+    let rl = Arc::new(std::sync::Mutex::new(RankLocal::<Tally<'static>, B>::new()));
+    let (touched_tx, touched_rx) = mpsc::channel::<()>();
+    let (exit_tx, exit_rx) = mpsc::channel::<()>();
+    let owner = {
+        let rl = Arc::clone(&rl);
+        thread::spawn(move || {
+            rl.lock()
+                .unwrap()
+                .with_own_or(|| Tally::new(sink, drops), |t| t.n.set(1));
+            touched_tx.send(()).unwrap();
+            exit_rx.recv().unwrap();
+        })
+    };
+    touched_rx.recv().unwrap();
+    {
+        let mut rl = rl.lock().unwrap();
+        let n: usize = rl.iter_mut().map(|(_, t)| t.n.get()).sum();
+        assert_eq!(n, 1);
+    }
+    exit_tx.send(()).unwrap();
+    owner.join().unwrap();
+    assert_eq!(
+        drops.load(SeqCst),
+        0,
+        "dropped by the exit work after iter_mut took it"
+    );
+    let rl = rl.lock().unwrap();
+    rl.reclaim_exited_blocking();
+    assert_eq!(drops.load(SeqCst), 1, "not dropped after its owner exited");
+    assert_eq!(rl.len(), 0);
+}
+
 /// After its owner exits, a rank's slot is a tombstone: `iter` never yields it, a delegate of the
 /// exited rank gets a fresh instance (refilled in place), and sweeps free the slots.
 fn a_tombstone_is_refilled_and_never_iterated<B: Backend>() {
@@ -479,6 +551,46 @@ fn a_tombstone_is_refilled_and_never_iterated<B: Backend>() {
     assert_eq!(rl.len(), 1, "a sweep left the other tombstone");
     drop(rl);
     assert_eq!(drops.load(SeqCst), 3);
+}
+
+/// `iter_mut` and `into_iter` right after owners exited (their slots are tombstones, not swept
+/// yet) yield only the values still in place, and free the tombstones without dropping anything
+/// again. Found by mutation testing: `&mut` access that kept the tombstones in the map (and so
+/// handed out their moved-out values) survived.
+fn mut_access_never_yields_a_tombstone<B: Backend>() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    struct D(Arc<AtomicUsize>, u32);
+    impl Drop for D {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let mut rl = RankLocal::<D, B>::new();
+    let exit_owners = |rl: &RankLocal<D, B>| {
+        for i in 0..2 {
+            let d = Arc::clone(&drops);
+            thread::scope(|s| {
+                s.spawn(|| rl.with_own_or(|| D(d, i), |_| ()))
+                    .join()
+                    .unwrap(); // joined: its exit work has run
+            });
+        }
+    };
+    rl.with_own_or(|| D(Arc::clone(&drops), 9), |_| ()); // this thread's, in place
+    exit_owners(&rl);
+    assert_eq!(drops.load(SeqCst), 2, "dropped at exit");
+    let seen: Vec<u32> = rl.iter_mut().map(|(_, d)| d.1).collect();
+    assert_eq!(seen, [9], "iter_mut yielded a tombstone");
+    assert_eq!(rl.len(), 1, "iter_mut left the tombstones");
+    exit_owners(&rl);
+    assert_eq!(drops.load(SeqCst), 4, "dropped at exit");
+    let owned: Vec<(RankId, u32)> = rl.into_iter().map(|(r, d)| (r, d.1)).collect();
+    assert_eq!(
+        owned,
+        [(RankId::current(), 9)],
+        "into_iter yielded a tombstone"
+    );
+    assert_eq!(drops.load(SeqCst), 5, "a value dropped twice or not at all");
 }
 
 /// A value made by a thread-local destructor that runs after the crate's exit work is dropped by

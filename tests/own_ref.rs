@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use ranklocal::{Backend, OwnRef, RankId, RankLocal};
+use ranklocal::{on_behalf_of, Backend, OwnRef, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     get_own_values_are_dropped_at_exit_before_join,
@@ -23,6 +23,11 @@ common::backend_tests! {
     a_sync_value_lent_to_a_scoped_thread_from_a_guard,
     guards_forward_debug_and_display,
     a_guard_after_mut_access_keeps_what_left_the_gate,
+    a_late_guards_tombstone_is_swept_after_its_ranks_exit_was,
+    a_late_guard_dropped_for_another_rank_drops_the_value_as_its_own,
+    a_late_guard_dropped_after_another_was_leaked_keeps_the_value,
+    try_get_own_finds_a_value_made_by_with_or_get,
+    the_owner_only_family_makes_values_in_a_late_destructor,
 }
 
 const THREADS: usize = if cfg!(miri) { 2 } else { 8 };
@@ -187,6 +192,60 @@ fn a_guard_held_by_a_late_destructor_defers_the_drop_to_it<B: Backend>() {
     assert_eq!(drops.load(SeqCst), 1, "dropped twice");
 }
 
+/// A sweep that takes the rank's exit while a late destructor's guard keeps the value finds
+/// nothing to free; the last guard's drop then leaves a tombstone with no exit left to deliver, and
+/// `reclaim_exited_blocking` still unpublishes it. Found by mutation testing: the gate's "tombstones
+/// wait" answering `false` (only a delivered exit started a sweep) survived.
+fn a_late_guards_tombstone_is_swept_after_its_ranks_exit_was<B: Backend>() {
+    let drops = common::leak(AtomicUsize::new(0));
+    let rl: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let t = thread::spawn(move || {
+        register_late();
+        let g = rl.get_own_or(|| Tally::new(common::leak(AtomicUsize::new(0)), drops));
+        at_late_exit(move || {
+            // the rank's exit is delivered: a sweep on another thread takes it, and leaves the
+            // value under the guard
+            let swept = thread::spawn(move || rl.reclaim_exited()).join().unwrap();
+            assert_eq!(swept, 0, "a sweep took a value under a live guard");
+            assert_eq!(rl.len(), 1);
+            drop(g);
+            assert_eq!(drops.load(SeqCst), 1, "the last guard did not drop it");
+        })
+    });
+    let late = t.join().unwrap();
+    late_result(late);
+    rl.reclaim_exited_blocking();
+    assert_eq!(rl.len(), 0, "the tombstone was not swept");
+    assert_eq!(drops.load(SeqCst), 1, "dropped twice");
+}
+
+/// The last guard of a value whose drop the exit work left to it, dropped inside
+/// `on_behalf_of(job, ..)` in a late destructor: the value is dropped as its own rank, not as the
+/// job. Found by mutation testing: the last guard's drop that dropped it as whatever rank the
+/// thread was acting as survived.
+fn a_late_guard_dropped_for_another_rank_drops_the_value_as_its_own<B: Backend>() {
+    struct AsWhom(&'static Mutex<Vec<RankId>>);
+    impl Drop for AsWhom {
+        fn drop(&mut self) {
+            self.0.lock().unwrap().push(RankId::current());
+        }
+    }
+    let seen: &'static Mutex<Vec<RankId>> = common::leak(Mutex::new(Vec::new()));
+    let rl: &'static RankLocal<AsWhom, B> = common::leak(RankLocal::new());
+    let job = Rank::new();
+    let job_id = job.id();
+    let t = thread::spawn(move || {
+        register_late();
+        let g = rl.get_own_or(|| AsWhom(seen));
+        let late = at_late_exit(move || on_behalf_of(job_id, move || drop(g)));
+        (RankId::this_thread(), late)
+    });
+    let (own, late) = t.join().unwrap();
+    late_result(late);
+    assert_eq!(*seen.lock().unwrap(), [own], "dropped as another rank");
+    drop(job);
+}
+
 /// `OwnRef::leak` in a late destructor: the value is kept, as a `get`'s is.
 fn a_guard_leaked_by_a_late_destructor_keeps_the_value<B: Backend>() {
     let sink = common::leak(AtomicUsize::new(0));
@@ -207,6 +266,110 @@ fn a_guard_leaked_by_a_late_destructor_keeps_the_value<B: Backend>() {
     assert_eq!(drops.load(SeqCst), 0, "a leaked guard's value was dropped");
     assert_eq!(rl.len(), 1);
     assert_eq!(sink.load(SeqCst), 0);
+}
+
+/// Two guards held by a late destructor: one is leaked, then the other (the last) is dropped. The
+/// value is kept, as the leaked `&T` needs, not dropped by the last guard. Found by mutation
+/// testing: a last guard's drop that dropped the value whatever happened since survived.
+fn a_late_guard_dropped_after_another_was_leaked_keeps_the_value<B: Backend>() {
+    let sink = common::leak(AtomicUsize::new(0));
+    let drops = common::leak(AtomicUsize::new(0));
+    let rl: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let late = thread::spawn(move || {
+        register_late();
+        let g = rl.get_own_or(|| Tally::new(sink, drops));
+        let g2 = rl.get_own_or(|| unreachable!("exists"));
+        at_late_exit(move || {
+            let kept: &'static Tally = OwnRef::leak(g);
+            drop(g2); // the last counted guard
+            assert_eq!(
+                drops.load(SeqCst),
+                0,
+                "the last guard dropped a leaked value"
+            );
+            kept.n.set(9);
+        })
+    })
+    .join()
+    .unwrap();
+    late_result(late);
+    rl.reclaim_exited_blocking();
+    assert_eq!(drops.load(SeqCst), 0, "a leaked guard's value was dropped");
+    assert_eq!(rl.len(), 1);
+}
+
+/// `try_get_own` finds the thread's value however it was made: by `with` (its owner entry is not
+/// the owner-only one) or by `get` (a kept value). Found by mutation testing: its slow path
+/// answering `None` survived (every test made the value with the owner-only family first).
+fn try_get_own_finds_a_value_made_by_with_or_get<B: Backend>() {
+    let by_with = RankLocal::<AtomicUsize, B>::new();
+    by_with.with(|v| v.store(3, SeqCst));
+    assert_eq!(by_with.try_get_own().map(|v| v.load(SeqCst)), Some(3));
+    let by_get = RankLocal::<AtomicUsize, B>::new();
+    by_get.get_or(|| AtomicUsize::new(4));
+    assert_eq!(by_get.try_get_own().map(|v| v.load(SeqCst)), Some(4));
+    let none = RankLocal::<AtomicUsize, B>::new();
+    assert!(none.try_get_own().is_none());
+}
+
+/// In a destructor that runs after the crate's exit work, `get_own_or` and `with_own_or` on maps
+/// the thread never touched (or whose value its exit work dropped) make the values (std's
+/// thread-locals would too) and reach them again;
+/// a later sweep drops `with_own`'s, and `get_own`'s is kept (its guard escaped it). Found by mutation testing: the late paths' own-rank checks
+/// answering `None` (or inverted) survived.
+fn the_owner_only_family_makes_values_in_a_late_destructor<B: Backend>() {
+    let sink = common::leak(AtomicUsize::new(0));
+    let drops = common::leak(AtomicUsize::new(0));
+    let by_get: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let by_with: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let again: &'static RankLocal<Tally, B> = common::leak(RankLocal::new());
+    let late = thread::spawn(move || {
+        register_late();
+        again.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(10)); // dropped at exit
+        at_late_exit(move || {
+            assert_eq!(
+                drops.load(SeqCst),
+                1,
+                "the exit work did not drop it (test setup)"
+            );
+            // its slot is a tombstone: the value is made anew
+            let mut made = false;
+            again.with_own_or(
+                || {
+                    made = true;
+                    Tally::new(sink, drops)
+                },
+                |t| assert_eq!(t.n.get(), 0, "a dropped value was lent"),
+            );
+            assert!(made, "with_own_or reached the value its exit work dropped");
+            let g = by_get.get_own_or(|| Tally::new(sink, drops));
+            g.n.set(1);
+            let g2 = by_get.get_own_or(|| unreachable!("made just above"));
+            assert!(std::ptr::eq(&*g, &*g2));
+            drop((g, g2));
+            by_with.with_own_or(|| Tally::new(sink, drops), |t| t.n.set(2));
+            by_with.with_own_or(
+                || unreachable!("made just above"),
+                |t| t.n.set(t.n.get() + 1),
+            );
+        })
+    })
+    .join()
+    .unwrap();
+    late_result(late);
+    assert_eq!(
+        drops.load(SeqCst),
+        1,
+        "dropped before its rank's exit was swept"
+    );
+    by_get.reclaim_exited_blocking();
+    by_with.reclaim_exited_blocking();
+    again.reclaim_exited_blocking();
+    // `with_own`'s are swept; `get_own`'s is kept (a late guard escapes it, as documented)
+    assert_eq!(drops.load(SeqCst), 3, "a late with_own value was not swept");
+    assert_eq!(sink.load(SeqCst), 13);
+    assert_eq!((by_get.len(), by_get.kept_exited()), (1, 1));
+    assert_eq!((by_with.len(), again.len()), (0, 0));
 }
 
 /// A `Sync` value another thread read (`with_for` moved it on from the owner-only state) while a

@@ -43,6 +43,8 @@ fn rank_is_send_sync_default_debug() {
         "{dbg}"
     );
     assert_ne!(Rank::default().id(), r.id());
+    // `Display` of its id (found by mutation testing: only a doctest showed it)
+    assert_eq!(r.id().to_string(), format!("rank#{}", r.id().as_u64()));
 }
 
 ranklocal::rank_local! {

@@ -7,9 +7,9 @@
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
-    self, BATCH_SCANS, CLAIM_NOTIFIES, HELPS, INSERTS, KEY_SLOW, LIVE_LOCKS, MAP_LOOKUPS,
-    OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, UNPINNED_LOOKUPS, WALKED_UNDER_LOCK,
-    WATCHER_PRUNES,
+    self, BATCH_SCANS, CLAIM_NOTIFIES, EXIT_WORK_PRUNES, HELPS, INSERTS, KEY_SLOW, LIVE_LOCKS,
+    MAP_LOOKUPS, OWNER_LOOKUPS, OWN_FLUSHES, PINS, SCOPED_MAP_LOOKUPS, SWEEPS, UNPINNED_LOOKUPS,
+    WALKED_UNDER_LOCK, WATCHER_PRUNES,
 };
 use crate::identity::{Rank, RankId};
 use crate::{on_behalf_of, RankLocal};
@@ -107,6 +107,26 @@ fn owner_with_after_get_takes_no_writer_lock<B: Backend>() {
             inserts, 0,
             "the owner's with went through insert (the writer lock) for an instance in the map"
         );
+        // and `get_own`, whose own entry is empty too: `get_own_slow_try`'s `fresh` inverted the
+        // same way survived mutation testing as well
+        let inserts = events(&INSERTS, || {
+            assert_eq!(*rl.get_own_or(|| unreachable!("exists")), 7);
+        });
+        assert_eq!(
+            inserts, 0,
+            "the owner's get_own went through insert (the writer lock) for an instance in the map"
+        );
+    });
+    on_fresh_thread(|| {
+        rl.get_or(|| 8);
+        // `with_own` likewise (`with_own_slow`'s `fresh` inverted survived too)
+        let inserts = events(&INSERTS, || {
+            rl.with_own_or(|| unreachable!(), |v| assert_eq!(*v, 8))
+        });
+        assert_eq!(
+            inserts, 0,
+            "the owner's with_own went through insert (the writer lock) for an instance in the map"
+        );
     });
 }
 
@@ -118,6 +138,50 @@ fn owner_with_after_get_takes_no_writer_lock_epoch() {
 #[test]
 fn owner_with_after_get_takes_no_writer_lock_baseline() {
     owner_with_after_get_takes_no_writer_lock::<Baseline>();
+}
+
+/// The owner's `with`, `with_own` and `get_own`, after their first call, are served by the thread
+/// cache's owner entries: no map lookup (pinned or under the writer lock). Found by mutation
+/// testing: the owner entries' keys built with `&` instead of `|`, and the `get_own` entry's
+/// lookup answering `None`, and the own entry filled only for the instances it must not be filled
+/// for (keys or lookups that never hit: every call took the slow path, with the same values)
+/// survived.
+fn owner_scoped_reads_hit_the_thread_cache<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let owned = RankLocal::<u64, B>::new(); // reached by the owner-only family alone
+    on_fresh_thread(|| {
+        rl.with_or(|| 5, |_| ());
+        owned.with_own_or(|| 6, |_| ());
+        let reads = || {
+            for _ in 0..5 {
+                rl.with(|v| assert_eq!(*v, 5));
+                rl.with_own(|v| assert_eq!(*v, 5));
+                assert_eq!(*rl.get_own(), 5);
+                assert_eq!(*owned.get_own(), 6);
+                owned.with_own(|v| assert_eq!(*v, 6));
+            }
+        };
+        reads(); // each call's first: fills the entries
+        let (mut unpinned, mut owner) = (0, 0);
+        let pinned = events(&MAP_LOOKUPS, || {
+            unpinned = events(&UNPINNED_LOOKUPS, || owner = events(&OWNER_LOOKUPS, reads))
+        });
+        assert_eq!(
+            (pinned, unpinned, owner),
+            (0, 0, 0),
+            "the owner's scoped reads missed the thread cache"
+        );
+    });
+}
+
+#[test]
+fn owner_scoped_reads_hit_the_thread_cache_epoch() {
+    owner_scoped_reads_hit_the_thread_cache::<Epoch>();
+}
+
+#[test]
+fn owner_scoped_reads_hit_the_thread_cache_baseline() {
+    owner_scoped_reads_hit_the_thread_cache::<Baseline>();
 }
 
 /// `Baseline` is the C++ design: the read lock for every delegated lookup, never the cache.
@@ -229,6 +293,30 @@ fn first_touches_sweep_when_due_baseline() {
     first_touches_sweep_when_due::<Baseline>();
 }
 
+/// A `RankLocal` with a gate (an owner's first touch made one) and no tombstone sweeps no more
+/// than one without: `reclaim_exited` and `iter` with nothing exited take no sweep. Found by
+/// mutation testing: the gate's "tombstones wait" answering `true` always (a sweep under the
+/// writer lock at every `iter` and `reclaim_exited`) survived.
+fn no_tombstone_no_sweep<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    rl.with_own_or(|| 7, |_| ());
+    let sweeps = events(&SWEEPS, || {
+        assert_eq!(rl.reclaim_exited(), 0);
+        assert_eq!(rl.iter().count(), 1);
+    });
+    assert_eq!(sweeps, 0, "a sweep with no exit and no tombstone");
+}
+
+#[test]
+fn no_tombstone_no_sweep_epoch() {
+    no_tombstone_no_sweep::<Epoch>();
+}
+
+#[test]
+fn no_tombstone_no_sweep_baseline() {
+    no_tombstone_no_sweep::<Baseline>();
+}
+
 crate::rank_local! {
     static SLOTTED: u64 = 5;
 }
@@ -335,6 +423,28 @@ fn a_ranks_exit_watchers_are_pruned_at_doubling_lengths() {
     });
 }
 
+/// The same for a thread's exit work list: a thread that reaches thousands of live maps through
+/// `with_own` (each registers its exit work) prunes the list a logarithmic number of times. Found
+/// by mutation testing: the next prune length `2 * len` turned into `2 + len` or `2 / len`, and
+/// the check `len >= prune_at` into `<` (a prune, a scan and a sort of the whole list, at every
+/// registration or every other one) survived.
+#[test]
+fn a_threads_exit_work_is_pruned_at_doubling_lengths() {
+    on_fresh_thread(|| {
+        let n: u32 = if cfg!(miri) { 64 } else { 4_096 };
+        let maps: Vec<RankLocal<u64, Epoch>> = (0..n).map(|_| RankLocal::new()).collect();
+        let prunes = events(&EXIT_WORK_PRUNES, || {
+            for rl in &maps {
+                rl.with_own(|_| ()); // the owner-only first touch registers its exit work
+            }
+        });
+        assert!(
+            prunes <= u64::from(u32::BITS - 1 - n.leading_zeros()),
+            "{prunes} prunes for {n} registrations"
+        );
+    });
+}
+
 /// A thread whose reads pin (scoped visits, a delegate's scoped reads that miss its cache) hands
 /// its own bag to the collector every 128 such pins, so what crossbeam frees through that bag
 /// (its global queue's nodes) does not wait for 64 of them or the thread's exit.
@@ -407,6 +517,16 @@ fn first_touches_help_a_waiting_batch_every_8th<B: Backend>() {
         drop(release_tx);
         assert_eq!(helps, 8, "helps in 64 first touches while a batch waits");
     });
+    // and none once nothing waits (found by mutation testing: "no batch waits" answering `false`
+    // always, so every 8th first touch flushed the collector for nothing, survived)
+    rl.reclaim_exited_blocking();
+    let more: Vec<Rank> = (0..64).map(|_| Rank::new()).collect();
+    let helps = events(&HELPS, || {
+        for r in &more {
+            on_behalf_of(r.id(), || rl.get_or(|| 0));
+        }
+    });
+    assert_eq!(helps, 0, "helps in 64 first touches while nothing waits");
 }
 
 #[test]

@@ -129,6 +129,7 @@ impl<'rl, T: Send, B: Backend> LiveOwner<'rl, T, B> {
         if !identity::own_alive() {
             return None; // see `adopt`
         }
+        crate::counters::bump!(OWNER_LOOKUPS);
         let p = B::get(&self.rl.core.map, self.rank)?;
         // SAFETY: as in `adopt`.
         Some(unsafe { Inst::new(self.rl, self.rank, p) })
