@@ -7,15 +7,12 @@
 //! then fills an entry.
 //!
 //! **Placement and replacement.** `(uid, rank)` may sit in any way of set `(rank ^ uid) % SETS`.
-//! Way 0 holds the set's most recently filled (or promoted) entry and is probed first, then ways
-//! 1, 2, 3 (all inline, no call). A fill shifts the set down by one way, dropping the oldest
-//! entry, and writes way 0. A hit in way 0 writes nothing; one in every 16 hits in an older way
-//! below another `RankLocal`'s entry swaps its entry into way 0, so entries that another map's
-//! fills pushed down come back to the fastest probe while they are used. So up to [`WAYS`] keys
-//! that share a set — four `RankLocal`s used in turn by one thread, whatever their uids — are all
-//! kept, and once each has been filled every lookup of them hits, without touching the map. (The
-//! earlier direct-mapped table, one entry per index, let two `RankLocal`s whose uids agreed in
-//! the low bits evict each other on every `get`.)
+//! Way 0 holds the set's most recently filled entry and is probed first, then ways 1, 2, 3 (all
+//! inline, no call). A fill shifts the set down by one way, dropping the oldest entry, and writes
+//! way 0; a hit writes nothing. So up to [`WAYS`] keys that share a set — four `RankLocal`s used
+//! in turn by one thread, whatever their uids — are all kept, and once each has been filled every
+//! lookup of them hits, without touching the map. (The earlier direct-mapped table, one entry per
+//! index, let two `RankLocal`s whose uids agreed in the low bits evict each other on every `get`.)
 //!
 //! **Scans.** A lookup of another rank skips the fill when the set is *churning* and the key did
 //! not just miss there ([`store_unless_churning`]): a scan over more ranks than the cache holds
@@ -184,9 +181,8 @@ pub(crate) fn set_index(uid: Uid, rank: u64) -> usize {
 }
 
 /// The cached pointer for `(uid, rank)`, if this thread has one: way 0 of its set (the most
-/// recently filled or promoted entry) first, then the older ways. Misses when `rank` is 0 (the
-/// thread has no id yet) or `uid` is [`NO_UID`]. A hit in way 0 writes nothing ([`promote`] for
-/// the others).
+/// recently filled entry) first, then the older ways. Misses when `rank` is 0 (the thread has no
+/// id yet) or `uid` is [`NO_UID`]. A hit writes nothing.
 #[inline]
 pub(crate) fn lookup(uid: Uid, rank: u64) -> Option<NonNull<()>> {
     // The closure returns a raw pointer, not the `Entry`: `with`'s result then has no niche in a
@@ -219,54 +215,20 @@ pub(crate) fn lookup(uid: Uid, rank: u64) -> Option<NonNull<()>> {
 
 /// Ways `1..WAYS` of `set`, probed after way 0 missed. Inline: a call here would make the hit path
 /// save registers for the slow path's call; a hit in way 1 costs a few instructions more than one
-/// in way 0. Every [`PROMOTE_EVERY`]th hit here swaps its entry with way 0's ([`promote`]).
+/// in way 0.
 #[inline(always)]
 fn older(set: &Set, uid: Uid, rank: u64) -> *mut () {
-    for (w, way) in set.iter().enumerate().skip(1) {
+    for way in &set[1..] {
         let e = way.get();
         if e.uid == uid.get() && e.rank == rank {
             if e.ptr.is_null() {
                 // SAFETY: unreachable, as in `lookup`: a `Uid` is not 0, so this entry was stored.
                 unsafe { core::hint::unreachable_unchecked() }
             }
-            promote(set, w, uid);
             return e.ptr.cast_mut();
         }
     }
     core::ptr::null_mut()
-}
-
-/// A hit in way `w > 0` of `set` for `uid`: if way 0 holds another `RankLocal`'s entry, counts
-/// the hit, and every [`PROMOTE_EVERY`]th such hit swaps the entry with way 0's. An entry that
-/// another `RankLocal`'s fills pushed down (the same ranks, used after it) then moves back to way
-/// 0 after a few hits, and stays there while it is hit (a hit in way 0 writes nothing); keys of
-/// two maps that share a set and are used in turn swap once in [`PROMOTE_EVERY`] hits, not on
-/// every hit. Below an entry of its own map a key stays where it is: a scan over one map's ranks
-/// hits in every way, and moving those entries (measured) slowed its misses by a third. The swap
-/// keeps the set's entries, only their ways change.
-#[cold]
-#[inline(never)]
-fn promote(set: &Set, w: usize, uid: Uid) {
-    if set[0].get().uid == uid.get() {
-        // way 0 holds the same `RankLocal`'s entry: nothing of another map pushed this one down
-        return;
-    }
-    let due = DEEP_HITS.with(|n| {
-        let k = n.get().wrapping_add(1);
-        n.set(k);
-        k % PROMOTE_EVERY == 0
-    });
-    if due {
-        set[0].swap(&set[w]);
-    }
-}
-
-/// How many hits in ways 1.. one promotion takes ([`promote`]).
-const PROMOTE_EVERY: u32 = 16;
-
-tls! {
-    /// This thread's hits in ways 1.. so far ([`promote`]).
-    static DEEP_HITS: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Remembers `(uid, rank) -> ptr` on this thread in way 0 of its set, shifting the set's other
@@ -378,8 +340,8 @@ mod tests {
         Erased::from_non_null(NonNull::<u8>::dangling().cast())
     }
 
-    /// `store` keeps a set's [`WAYS`] most recent fills: 20 keys of one set filled in turn, the
-    /// newest looked up after each fill (a hit in way 0), every key after the last.
+    /// `store` keeps a set's [`WAYS`] most recent fills: 20 keys of one set filled in turn, every
+    /// key looked up after each fill.
     #[test]
     fn a_set_keeps_its_most_recent_fills() {
         std::thread::spawn(|| {
@@ -387,53 +349,15 @@ mod tests {
             for filled in 0..20u64 {
                 assert!(lookup(uid, rank(filled)).is_none());
                 store(uid, rank(filled), any_ptr());
-                assert!(lookup(uid, rank(filled)).is_some());
+                for k in 0..=filled {
+                    let kept = filled - k < WAYS as u64;
+                    assert_eq!(
+                        lookup(uid, rank(k)).is_some(),
+                        kept,
+                        "key {k} after {filled}"
+                    );
+                }
             }
-            for k in 0..20u64 {
-                let kept = k >= 20 - WAYS as u64;
-                assert_eq!(lookup(uid, rank(k)).is_some(), kept, "key {k}");
-            }
-        })
-        .join()
-        .unwrap();
-    }
-
-    /// A key hit in an older way, below another `RankLocal`'s entry, moves to way 0 on the
-    /// [`PROMOTE_EVERY`]th such hit, so fills that follow push it out last: without the move, the
-    /// three fills after its hits would drop it. Below an entry of its own `RankLocal` it stays.
-    #[test]
-    fn a_key_hit_below_another_maps_entry_moves_to_way_0() {
-        std::thread::spawn(|| {
-            let uid = Uid::fresh(0x5eed_0004).unwrap();
-            // same low bits: `rank(k)` shares one set for both uids
-            let other = Uid::fresh(0x5eed_0044).unwrap();
-            store(uid, rank(0), any_ptr());
-            store(other, rank(1), any_ptr());
-            store(other, rank(2), any_ptr());
-            // key 0 is in way 2 under the other map's entries; a fresh thread counts from 0
-            for _ in 0..PROMOTE_EVERY {
-                assert!(lookup(uid, rank(0)).is_some());
-            }
-            for k in 3..6 {
-                store(other, rank(k), any_ptr());
-            }
-            assert!(
-                lookup(uid, rank(0)).is_some(),
-                "key 0 was not moved to way 0"
-            );
-            assert!(lookup(other, rank(1)).is_none() && lookup(other, rank(2)).is_none());
-            // below an entry of its own map, a key is not moved
-            let own = Uid::fresh(0x5eed_0084).unwrap();
-            for k in 10..13 {
-                store(own, rank(k), any_ptr());
-            }
-            for _ in 0..2 * PROMOTE_EVERY {
-                assert!(lookup(own, rank(10)).is_some());
-            }
-            // key 10 is in way 2: two fills drop it unless it was moved
-            store(own, rank(13), any_ptr());
-            store(own, rank(14), any_ptr());
-            assert!(lookup(own, rank(10)).is_none(), "key 10 was moved");
         })
         .join()
         .unwrap();
