@@ -28,6 +28,7 @@ common::backend_tests! {
     a_drain_under_way_is_counted_and_waited_for,
     #[cfg_attr(miri, ignore = "reads another thread's state in Linux's /proc")]
     a_call_on_another_thread_takes_what_waits_for_a_reads_end,
+    a_plain_reclaim_on_another_thread_takes_what_waits_for_a_reads_end,
     a_drains_first_panic_is_the_one_kept,
     a_held_iterator_keeps_nothing_published_after_it,
     a_readers_drop_drops_no_value_of_a_map_dropped_meanwhile,
@@ -332,6 +333,54 @@ fn a_call_on_another_thread_takes_what_waits_for_a_reads_end<B: Backend>() {
         assert!(
             !dropped_on.contains(&me),
             "values waited for the read's end though a call outside every read came first"
+        );
+    });
+}
+
+/// As above with the non-blocking `reclaim_exited`, when no other batch is queued: the values a
+/// nested first touch left for the outer read's end are dropped by that call, on its thread.
+/// Before, a call that found no queued batch returned at once and left the limbo alone, so the
+/// values waited for the outer read to end (a read that never ends kept them for ever).
+fn a_plain_reclaim_on_another_thread_takes_what_waits_for_a_reads_end<B: Backend>() {
+    common::within_deadline(|| {
+        struct Where(Arc<Mutex<Vec<thread::ThreadId>>>);
+        impl Drop for Where {
+            fn drop(&mut self) {
+                self.0.lock().unwrap().push(thread::current().id());
+            }
+        }
+        let dropped_on = Arc::new(Mutex::new(Vec::new()));
+        let new = || Where(Arc::clone(&dropped_on));
+        let map = RankLocal::<Where, B>::new();
+        let other = RankLocal::<u8, B>::new();
+        let keeper = Rank::new(); // another rank: reading its value pins
+        let r = keeper.id();
+        on_behalf_of(r, || other.with(|_| ()));
+        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+        for k in &ranks {
+            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+        }
+        drop(ranks);
+        let first = Rank::new();
+        on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
+        past_the_grace_period::<B>();
+        let me = thread::current().id();
+        let k = Rank::new();
+        let map = &map;
+        let freed = thread::scope(|s| {
+            other.with_for(r, |_| {
+                // a nested first touch: the ready batch goes to the limbo, for this read's end
+                on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+                // a call outside every read, on another thread, meanwhile: nothing else queued
+                s.spawn(|| map.reclaim_exited()).join().unwrap()
+            })
+        });
+        let dropped_on = dropped_on.lock().unwrap().clone(); // no lock held if this panics
+        assert_eq!(dropped_on.len(), 16);
+        assert!(
+            !dropped_on.contains(&me),
+            "values waited for the read's end though reclaim_exited outside every read came first \
+             (it returned {freed:?})"
         );
     });
 }

@@ -211,7 +211,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
     /// outside every read, on any thread, before that.
     #[inline]
     fn take_due(w: &mut Locked<'_, T, B>, when: SweepWhen) -> Ready<T> {
-        if w.no_batches() {
+        if w.nothing_to_take() {
             return Ready::NONE; // the common case, checked inline: nothing waits
         }
         if collector::is_pinned() {

@@ -51,6 +51,11 @@ pub(super) struct Tracks<T> {
     next_serial: u64,
     /// The queue length at which taking the ready batches scans them all, not just the front.
     scan_at: usize,
+    /// `true` once a sweep inside a read moved batches to the limbo ([`Locked::defer_ready`]),
+    /// until a call outside every read takes what it holds ([`Locked::take_deferred`]): the
+    /// limbo may then hold instances although no batch is queued. A drain at a read's end empties
+    /// the limbo without the writer lock and leaves it set; the next taker finds the limbo empty.
+    deferred: bool,
     /// Typed for its `RankLocal`'s `T`: its batches are that `T`'s instances.
     _t: PhantomData<fn(T) -> T>,
 }
@@ -63,6 +68,7 @@ impl<T> Tracks<T> {
         batches: Fifo::NEW,
         next_serial: 0,
         scan_at: 8,
+        deferred: false,
         _t: PhantomData,
     };
 
@@ -248,6 +254,12 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         self.w.tracks.no_batches()
     }
 
+    /// `true` while no batch waits for its grace period and the limbo holds nothing a sweep
+    /// inside a read moved there (I32): a call outside every read has nothing to take.
+    pub(in crate::rank_local) fn nothing_to_take(&self) -> bool {
+        self.w.tracks.no_batches() && !self.w.tracks.deferred
+    }
+
     /// The serial the next batch will get.
     pub(in crate::rank_local) fn next_serial(&self) -> u64 {
         self.w.tracks.next_serial()
@@ -279,6 +291,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
             .get_or_insert_with(|| Limbo::new::<T>(self.rl as *const _ as usize))
             .clone();
         Limbo::defer(&limbo, removed);
+        self.w.tracks.deferred = true;
     }
 
     /// For a call outside every read: what waits in the limbo (to drop after the lock is
@@ -287,6 +300,10 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         &mut self,
         panic: bool,
     ) -> (Removed<T>, Option<Payload>) {
+        if panic {
+            // everything, the kept panic too (without it the panic stays, and so does the mark)
+            self.w.tracks.deferred = false;
+        }
         let (entries, panic) = self
             .rl
             .core
