@@ -482,13 +482,14 @@ fn a_readers_drop_drops_no_value_of_a_map_dropped_meanwhile<B: Backend>() {
         struct D {
             drops: Arc<AtomicUsize>,
             reader_thread: thread::ThreadId,
-            tx: mpsc::Sender<Msg>,
+            // in a `Mutex`: a `Sender` is `Sync` only from Rust 1.72 (the MSRV is 1.65)
+            tx: Mutex<mpsc::Sender<Msg>>,
             released: Arc<Mutex<mpsc::Receiver<()>>>,
         }
         impl Drop for D {
             fn drop(&mut self) {
                 if thread::current().id() == self.reader_thread {
-                    let _ = self.tx.send(Msg::InReadersDrop);
+                    let _ = self.tx.lock().unwrap().send(Msg::InReadersDrop);
                     // the map's drop on the other thread returns meanwhile (bounded: a failed
                     // check must not hang)
                     let _ = self
@@ -508,7 +509,7 @@ fn a_readers_drop_drops_no_value_of_a_map_dropped_meanwhile<B: Backend>() {
         let new = || D {
             drops: Arc::clone(&drops),
             reader_thread: me,
-            tx: tx.clone(),
+            tx: Mutex::new(tx.clone()),
             released: Arc::clone(&released),
         };
         let map = Arc::new(RankLocal::<D, B>::new());
