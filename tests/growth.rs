@@ -279,40 +279,58 @@ fn past_the_grace_period<B: Backend>() {
     later.reclaim_exited_blocking();
 }
 
+/// A value that records the thread that drops it.
+struct Where(Arc<Mutex<Vec<thread::ThreadId>>>);
+
+impl Drop for Where {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().push(thread::current().id());
+    }
+}
+
+/// Sixteen exited ranks' values of a map, one batch past its grace period; then, inside a read of
+/// another map, a nested first touch of the map (whose sweep moves the batch to the limbo, for
+/// the read's end) and `meanwhile(map, where they were dropped so far)`, whose result it returns
+/// with the threads the 16 values were dropped on.
+fn left_for_a_reads_end<B: Backend, R>(
+    meanwhile: impl FnOnce(&RankLocal<Where, B>, &Mutex<Vec<thread::ThreadId>>) -> R,
+) -> (R, Vec<thread::ThreadId>) {
+    let dropped_on = Arc::new(Mutex::new(Vec::new()));
+    let new = || Where(Arc::clone(&dropped_on));
+    let map = RankLocal::<Where, B>::new();
+    let other = RankLocal::<u8, B>::new();
+    let keeper = Rank::new(); // another rank: reading its value pins
+    let r = keeper.id();
+    on_behalf_of(r, || other.with(|_| ()));
+    let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+    for k in &ranks {
+        on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+    }
+    drop(ranks);
+    let first = Rank::new();
+    on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
+    past_the_grace_period::<B>();
+    let k = Rank::new();
+    let got = other
+        .with_for(r, |_| {
+            // a nested first touch: the ready batch goes to the limbo, for this read's end
+            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+            meanwhile(&map, &dropped_on)
+        })
+        .expect("the kept rank's value");
+    let dropped_on = dropped_on.lock().unwrap().clone(); // no lock held if the caller panics
+    (got, dropped_on)
+}
+
 /// What a nested first touch leaves for the end of the outer read is taken by a blocking
 /// reclamation call on another thread made before that end: dropped there, not by this thread's
 /// drain. Found by mutation testing: the limbo giving nothing to such a call (so the values
 /// waited for the outer read's end) survived.
 fn a_call_on_another_thread_takes_what_waits_for_a_reads_end<B: Backend>() {
     common::within_deadline(|| {
-        struct Where(Arc<Mutex<Vec<thread::ThreadId>>>);
-        impl Drop for Where {
-            fn drop(&mut self) {
-                self.0.lock().unwrap().push(thread::current().id());
-            }
-        }
-        let dropped_on = Arc::new(Mutex::new(Vec::new()));
-        let new = || Where(Arc::clone(&dropped_on));
-        let map = RankLocal::<Where, B>::new();
-        let other = RankLocal::<u8, B>::new();
-        let keeper = Rank::new(); // another rank: reading its value pins
-        let r = keeper.id();
-        on_behalf_of(r, || other.with(|_| ()));
-        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
-        for k in &ranks {
-            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
-        }
-        drop(ranks);
-        let first = Rank::new();
-        on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
-        past_the_grace_period::<B>();
         let me = thread::current().id();
-        let k = Rank::new();
-        let map = &map;
-        thread::scope(|s| {
-            other.with_for(r, |_| {
-                // a nested first touch: the ready batch goes to the limbo, for this read's end
-                on_behalf_of(k.id(), || map.with_or(new, |_| ()));
+        let ((), dropped_on) = left_for_a_reads_end::<B, _>(|map, dropped_on| {
+            thread::scope(|s| {
                 // a call outside every read, on another thread, meanwhile
                 let (tx, rx) = mpsc::channel();
                 let waiter = s.spawn(move || {
@@ -326,9 +344,8 @@ fn a_call_on_another_thread_takes_what_waits_for_a_reads_end<B: Backend>() {
                 {
                     thread::yield_now();
                 }
-            });
+            })
         });
-        let dropped_on = dropped_on.lock().unwrap();
         assert_eq!(dropped_on.len(), 16);
         assert!(
             !dropped_on.contains(&me),
@@ -343,44 +360,16 @@ fn a_call_on_another_thread_takes_what_waits_for_a_reads_end<B: Backend>() {
 /// values waited for the outer read to end (a read that never ends kept them for ever).
 fn a_plain_reclaim_on_another_thread_takes_what_waits_for_a_reads_end<B: Backend>() {
     common::within_deadline(|| {
-        struct Where(Arc<Mutex<Vec<thread::ThreadId>>>);
-        impl Drop for Where {
-            fn drop(&mut self) {
-                self.0.lock().unwrap().push(thread::current().id());
-            }
-        }
-        let dropped_on = Arc::new(Mutex::new(Vec::new()));
-        let new = || Where(Arc::clone(&dropped_on));
-        let map = RankLocal::<Where, B>::new();
-        let other = RankLocal::<u8, B>::new();
-        let keeper = Rank::new(); // another rank: reading its value pins
-        let r = keeper.id();
-        on_behalf_of(r, || other.with(|_| ()));
-        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
-        for k in &ranks {
-            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
-        }
-        drop(ranks);
-        let first = Rank::new();
-        on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
-        past_the_grace_period::<B>();
         let me = thread::current().id();
-        let k = Rank::new();
-        let map = &map;
-        let freed = thread::scope(|s| {
-            other.with_for(r, |_| {
-                // a nested first touch: the ready batch goes to the limbo, for this read's end
-                on_behalf_of(k.id(), || map.with_or(new, |_| ()));
-                // a call outside every read, on another thread, meanwhile: nothing else queued
-                s.spawn(|| map.reclaim_exited()).join().unwrap()
-            })
+        let (freed, dropped_on) = left_for_a_reads_end::<B, _>(|map, _| {
+            // a call outside every read, on another thread, meanwhile: nothing else queued
+            thread::scope(|s| s.spawn(|| map.reclaim_exited()).join().unwrap())
         });
-        let dropped_on = dropped_on.lock().unwrap().clone(); // no lock held if this panics
         assert_eq!(dropped_on.len(), 16);
         assert!(
             !dropped_on.contains(&me),
             "values waited for the read's end though reclaim_exited outside every read came first \
-             (it returned {freed:?})"
+             (it returned {freed})"
         );
     });
 }

@@ -111,6 +111,15 @@ fn a_delegate_cycling_through_64_ranks_keeps_them_all() {
     });
 }
 
+/// `n` fresh ranks, each with its id as its value in `rl`.
+fn ranks_with_values(rl: &RankLocal<u64>, n: usize) -> Vec<crate::Rank> {
+    let ranks: Vec<crate::Rank> = (0..n).map(|_| crate::Rank::new()).collect();
+    for r in &ranks {
+        crate::on_behalf_of(r.id(), || rl.get_or(|| r.id().as_u64()));
+    }
+    ranks
+}
+
 /// A scan over more ranks than the cache holds (a monitor reading every rank's value with
 /// `get_for`) leaves the thread's own entry in it, and keeps hitting the entries it finds: a
 /// churning set is not filled again until its oldest entry has aged (the two scans together
@@ -119,10 +128,7 @@ fn a_delegate_cycling_through_64_ranks_keeps_them_all() {
 fn a_scan_of_many_ranks_keeps_the_threads_own_entry_and_some_of_its_own() {
     const N: usize = if cfg!(miri) { 600 } else { 1_500 };
     let rl = RankLocal::<u64>::new();
-    let ranks: Vec<crate::Rank> = (0..N).map(|_| crate::Rank::new()).collect();
-    for r in &ranks {
-        crate::on_behalf_of(r.id(), || rl.get_or(|| r.id().as_u64()));
-    }
+    let ranks = ranks_with_values(&rl, N);
     std::thread::scope(|s| {
         s.spawn(|| {
             let _own = rl.get_or(|| 0);
@@ -158,10 +164,7 @@ fn bursts_over_many_ranks_are_cached_within_each_burst() {
     const N: usize = if cfg!(miri) { 400 } else { 3_000 };
     const BURST: u64 = 16;
     let rl = RankLocal::<u64>::new();
-    let ranks: Vec<crate::Rank> = (0..N).map(|_| crate::Rank::new()).collect();
-    for r in &ranks {
-        crate::on_behalf_of(r.id(), || rl.get_or(|| r.id().as_u64()));
-    }
+    let ranks = ranks_with_values(&rl, N);
     std::thread::scope(|s| {
         s.spawn(|| {
             let before = map_lookups();
