@@ -363,6 +363,35 @@ mod tests {
         .unwrap();
     }
 
+    /// The churn bound's edge: a set whose oldest entry is `CHURN - 1` misses old is churning, one
+    /// `CHURN` misses old is not (a fresh thread's clock starts at 0).
+    #[test]
+    fn a_set_churns_for_exactly_churn_misses() {
+        std::thread::spawn(|| {
+            let uid = Uid::fresh(0x5eed_0012).unwrap();
+            for k in 0..WAYS as u64 {
+                store_unless_churning(uid, rank(k), any_ptr()); // the oldest filled at 1
+            }
+            // misses in another set (uid 0x..13, rank 2: set 1; this one is set 3)
+            let other = Uid::fresh(0x5eed_0013).unwrap();
+            for k in WAYS as u64..CHURN - 1 {
+                store_unless_churning(other, 2 + 2 * SETS as u64 * k, any_ptr());
+            }
+            store_unless_churning(uid, rank(100), any_ptr()); // at CHURN: CHURN - 1 old
+            assert!(
+                lookup(uid, rank(100)).is_none(),
+                "filled CHURN - 1 misses after"
+            );
+            store_unless_churning(uid, rank(101), any_ptr()); // CHURN old
+            assert!(
+                lookup(uid, rank(101)).is_some(),
+                "not filled CHURN misses after"
+            );
+        })
+        .join()
+        .unwrap();
+    }
+
     /// `store_unless_churning` fills a set until it is full, then leaves it alone while its oldest
     /// entry is younger than [`CHURN`] fill attempts — but for a key that misses twice in a row
     /// there — and fills it again once it is older.
