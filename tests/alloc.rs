@@ -97,7 +97,10 @@ fn lookups_allocate_nothing<B: Backend>() {
         on_behalf_of(r, || rl.get_or(|| i as u64));
     }
     rl.get_or(|| 7);
-    // warm-up: the first pin registers this thread with the collector
+    // warm-up: the first pin registers this thread with the collector (a reader pins; the first
+    // touches above need not: a new rank's skips the lookup, and this `get_for` may hit the
+    // thread cache)
+    let _ = rl.pin().get_for(ids[0]);
     let _ = rl.get_for(ids[0]);
     let _ = rl.iter().count();
     let mut sum = 0u64;

@@ -269,6 +269,10 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
                 .flatten()
             {
                 Some(found) => found,
+                // A rank above every one the map holds (a new rank's first touch): no pinned
+                // lookup; the first touch's re-check under the writer lock serves one inserted
+                // meanwhile. `Baseline` keeps the C++ design's read-locked lookup.
+                None if B::LOOKUP_PINS && self.core.above_every_rank(rank) => None,
                 None => self.lookup_slow::<AnyRank>(rank),
             };
             if let Some(v) = found {

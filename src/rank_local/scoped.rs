@@ -111,10 +111,17 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             };
             return self.lend_owner(&owner, i, f);
         }
-        match self.with_pinned(rank, f) {
-            Ok(r) => r,
-            Err(f) => infallible(self.first_touch_scoped::<AnyRank, _, _>(rank, init, f)),
-        }
+        // A rank above every one the map holds (a new rank's first touch): no lookup, as in
+        // `get` (`get_or_try_slow`).
+        let f = if B::LOOKUP_PINS && self.core.above_every_rank(rank) {
+            f
+        } else {
+            match self.with_pinned(rank, f) {
+                Ok(r) => return r,
+                Err(f) => f,
+            }
+        };
+        infallible(self.first_touch_scoped::<AnyRank, _, _>(rank, init, f))
     }
 
     /// `with_for` after the owner entry missed, as [`with_slow`](Self::with_slow) but never

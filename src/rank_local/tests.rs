@@ -242,6 +242,43 @@ fn a_delegated_scoped_lookup_is_cached_on_epoch_and_not_on_baseline() {
     );
 }
 
+/// A first touch of a rank above every rank the map holds — a new rank's: ids are drawn in
+/// increasing order — makes no lookup before its claim on a backend whose lookups pin (the
+/// writer lock's re-check serves one inserted meanwhile); an older rank's absent instance is
+/// still looked up first, and `Baseline` keeps the C++ design's read-locked lookup. Returns the
+/// map lookups of `get_or` for a new and an older rank, and the scoped ones of a new rank's
+/// `with`.
+fn a_new_ranks_first_touch_skips_the_lookup<B: Backend>() -> (u64, u64, u64) {
+    let rl = RankLocal::<u64, B>::new();
+    let older = Rank::new();
+    let held = Rank::new();
+    on_behalf_of(held.id(), || rl.get_or(|| 1));
+    let (new, newer) = (Rank::new(), Rank::new());
+    on_fresh_thread(|| {
+        let touch = |r: &Rank, v: u64| on_behalf_of(r.id(), || assert_eq!(*rl.get_or(|| v), v));
+        let fresh = events(&MAP_LOOKUPS, || touch(&new, 2));
+        let old = events(&MAP_LOOKUPS, || touch(&older, 3));
+        let scoped = events(&SCOPED_MAP_LOOKUPS, || {
+            on_behalf_of(newer.id(), || rl.with_or(|| 4, |v| assert_eq!(*v, 4)))
+        });
+        (fresh, old, scoped)
+    })
+}
+
+#[test]
+fn a_new_ranks_first_touch_skips_the_lookup_on_epoch_and_not_on_baseline() {
+    assert_eq!(
+        a_new_ranks_first_touch_skips_the_lookup::<Epoch>(),
+        (0, 1, 0),
+        "Epoch: (new rank's get_or, older rank's get_or, new rank's with) lookups"
+    );
+    assert_eq!(
+        a_new_ranks_first_touch_skips_the_lookup::<Baseline>(),
+        (1, 1, 1),
+        "Baseline: (new rank's get_or, older rank's get_or, new rank's with) lookups"
+    );
+}
+
 /// A first touch sweeps only once the exits delivered reach max(16, len/2) (amortized O(1) per
 /// exit); `reclaim_exited` sweeps at once.
 fn first_touches_sweep_when_due<B: Backend>() {

@@ -236,6 +236,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
                 continue; // a reader moved it on: kept under its rank (I42)
             }
             B::remove(&self.rl.core.map, &[old]);
+            self.rl.core.inserting(rank);
             B::insert(&self.rl.core.map, rank, p);
             if own {
                 lock(&gate.inner).owned.insert(rank, p);
@@ -435,6 +436,7 @@ impl<'rl, T: Send, B: Backend> Locked<'rl, T, B> {
         };
         let Some(old) = old else {
             let p = InstancePtr::alloc(value, state, self.w.tracks.walks, rank);
+            self.rl.core.inserting(rank);
             B::insert(&self.rl.core.map, rank, p.erased());
             // The instance just inserted, not looked up again: one map descent less per first
             // touch.

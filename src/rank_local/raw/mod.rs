@@ -51,7 +51,7 @@ use crate::backend::Backend;
 use crate::cache;
 use crate::erased::Erased;
 use crate::identity;
-use crate::primitive::{lock, Arc, AtomicUsize, Mutex, Ordering};
+use crate::primitive::{lock, Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
 
 pub(super) use self::instance::{check_not_dropping, drop_payload, is_dropping};
 use self::instance::{InstancePtr, Meta, ESCAPED, LINGERING, OWNED, SCOPED};
@@ -113,6 +113,12 @@ pub(super) struct Core<T, B: Backend> {
     /// Where a sweep inside a read puts the batches it found ready, for the thread to drop at the
     /// end of its outermost read (or any call outside every read); made on first use.
     limbo: Mutex<Option<Arc<Limbo>>>,
+    /// The largest rank id this map ever inserted (0 while none), never lowered: a rank above
+    /// it has no entry unless a first touch inserted it since the load. A hint for a first touch
+    /// by id, which then skips the lookup before its claim (the writer lock's re-check finds
+    /// what was inserted meanwhile); a stale value costs one lookup more or less, never a
+    /// wrong answer. Written under the writer lock.
+    max_rank: AtomicU64,
     /// `RankLocal::recycling()`: an ended rank's owner-only value stays, for a new rank to adopt
     /// (I42); no exit is watched, so nothing is swept.
     recycling: bool,
@@ -130,6 +136,7 @@ impl<T, B: Backend> Core<T, B> {
             walking: Mutex::new(Vec::new()),
             retired: AtomicUsize::new(0),
             limbo: Mutex::new(None),
+            max_rank: AtomicU64::new(0),
             recycling,
             _t: PhantomData,
         }
@@ -144,6 +151,7 @@ impl<T, B: Backend> Core<T, B> {
             walking: Mutex::new(Vec::new()),
             retired: AtomicUsize::new(0),
             limbo: Mutex::new(None),
+            max_rank: AtomicU64::new(0),
             recycling,
             _t: PhantomData,
         }
@@ -162,6 +170,25 @@ impl<T, B: Backend> Core<T, B> {
         let in_map = self.len();
         let limbo = lock(&self.limbo).as_ref().map_or(0, |l| l.kept());
         in_map + self.retired.load(Ordering::Relaxed) + limbo
+    }
+
+    /// `true` if no entry of this map can have `rank`: it is above every rank id the map ever
+    /// inserted, as far as this thread has seen. A first touch of such a rank (a new rank's:
+    /// rank ids are drawn in increasing order) takes the writer lock at once, whose re-check
+    /// serves one inserted meanwhile.
+    #[inline]
+    pub(super) fn above_every_rank(&self, rank: u64) -> bool {
+        // Relaxed: a hint; the writer lock's re-check decides.
+        rank > self.max_rank.load(Ordering::Relaxed)
+    }
+
+    /// Records that the writer inserts `rank` (under the writer lock).
+    #[inline]
+    fn inserting(&self, rank: u64) {
+        // Relaxed: a hint (`above_every_rank`); only the writer, under its lock, writes it.
+        if rank > self.max_rank.load(Ordering::Relaxed) {
+            self.max_rank.store(rank, Ordering::Relaxed);
+        }
     }
 
     /// The limbo, if made.
