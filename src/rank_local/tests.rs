@@ -279,6 +279,114 @@ fn a_new_ranks_first_touch_skips_the_lookup_on_epoch_and_not_on_baseline() {
     );
 }
 
+/// A cache-missing `get_or`/`with_or` of a rank the map holds, by a delegate on a fresh thread,
+/// never goes through a first touch (the writer lock), however the rank got there: the largest
+/// rank id the map inserted is kept when an older rank is inserted after a newer one, and is
+/// raised by a recycling map's adoption (which inserts an ended rank's value under a new rank).
+/// Checked by planting bugs: `above_every_rank` always `true`, `inserting` storing every rank
+/// (lowering the largest) and `adopt_recycled` not calling `inserting` each make a first touch
+/// here, and nothing else fails for them (the first touch's re-check serves the instance).
+fn an_existing_ranks_touch_takes_no_first_touch<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let (older, newer) = (Rank::new(), Rank::new());
+    on_behalf_of(newer.id(), || rl.get_or(|| 2));
+    on_behalf_of(older.id(), || rl.with_or(|| 1, |_| ())); // inserted last, below the largest
+    let recycling = RankLocal::<u64, B>::recycling();
+    // an owner-only value its thread leaves at its end, adopted by a newer rank's first touch
+    on_fresh_thread(|| recycling.with_own_or(|| 7, |_| ()));
+    let adopter = Rank::new();
+    on_behalf_of(adopter.id(), || {
+        assert_eq!(
+            *recycling.get_or(|| unreachable!("adopts the ended value")),
+            7
+        );
+    });
+    for (map, rank, v) in [
+        (&rl, &older, 1),
+        (&rl, &newer, 2),
+        (&recycling, &adopter, 7),
+    ] {
+        let (get, with) = (
+            on_fresh_thread(|| {
+                events(&INSERTS, || {
+                    on_behalf_of(rank.id(), || assert_eq!(*map.get_or(|| unreachable!()), v));
+                })
+            }),
+            on_fresh_thread(|| {
+                events(&INSERTS, || {
+                    on_behalf_of(rank.id(), || {
+                        map.with_or(|| unreachable!(), |x| assert_eq!(*x, v));
+                    });
+                })
+            }),
+        );
+        assert_eq!(
+            (get, with),
+            (0, 0),
+            "{}: (get_or, with_or) of rank {v}'s instance went through a first touch",
+            B::NAME
+        );
+    }
+}
+
+#[test]
+fn an_existing_ranks_touch_takes_no_first_touch_epoch() {
+    an_existing_ranks_touch_takes_no_first_touch::<Epoch>();
+}
+
+#[test]
+fn an_existing_ranks_touch_takes_no_first_touch_baseline() {
+    an_existing_ranks_touch_takes_no_first_touch::<Baseline>();
+}
+
+#[cfg(feature = "arc-swap")]
+#[test]
+fn an_existing_ranks_touch_takes_no_first_touch_arc_swap() {
+    an_existing_ranks_touch_takes_no_first_touch::<crate::ArcSwap>();
+}
+
+/// A thread that only first-touches new ranks with `get_or` (more than the lookups a thread
+/// makes without a participant before it pins) makes no map lookup and never registers with the
+/// crate's epoch collector; what it does next on the same thread — a `Reader`, `with_for`,
+/// `iter` — reads every value (registering then, as any pinned reader). With the hint off
+/// (`above_every_rank` always `false`) the lookups before the writer lock register it.
+fn first_touches_of_new_ranks_register_no_participant<B: Backend>() {
+    const N: usize = 80; // more than `collector::UNPINNED_LOOKUPS`
+    let rl = RankLocal::<u64, B>::new();
+    let ranks: Vec<Rank> = (0..N).map(|_| Rank::new()).collect();
+    on_fresh_thread(|| {
+        let lookups = events(&MAP_LOOKUPS, || {
+            for r in &ranks {
+                let id = r.id().as_u64();
+                on_behalf_of(r.id(), || assert_eq!(*rl.get_or(|| id), id));
+            }
+        });
+        assert_eq!(lookups, 0, "a new rank's first touch looked the map up");
+        assert!(
+            !crate::collector::registered(),
+            "first touches of new ranks registered an epoch participant"
+        );
+        let reader = rl.pin();
+        for r in &ranks {
+            assert_eq!(reader.get_for(r.id()), Some(&r.id().as_u64()));
+            assert_eq!(rl.with_for(r.id(), |v| *v), Some(r.id().as_u64()));
+        }
+        drop(reader);
+        assert_eq!(rl.iter().count(), N);
+    });
+}
+
+#[test]
+fn first_touches_of_new_ranks_register_no_participant_epoch() {
+    first_touches_of_new_ranks_register_no_participant::<Epoch>();
+}
+
+#[cfg(feature = "arc-swap")]
+#[test]
+fn first_touches_of_new_ranks_register_no_participant_arc_swap() {
+    first_touches_of_new_ranks_register_no_participant::<crate::ArcSwap>();
+}
+
 /// A first touch sweeps only once the exits delivered reach max(16, len/2) (amortized O(1) per
 /// exit); `reclaim_exited` sweeps at once.
 fn first_touches_sweep_when_due<B: Backend>() {
