@@ -336,7 +336,7 @@ fn a_new_rank_first_touched_by_many_threads_at_once_inits_once<B: Backend>() {
     let inits: &'static [AtomicUsize] =
         Box::leak((0..NEW_RANK_ROUNDS).map(|_| AtomicUsize::new(0)).collect());
     let seen: Vec<Vec<Option<usize>>> = within_deadline(move || {
-        let barrier = &*common::leak(Barrier::new(THREADS));
+        let barrier = common::leak(Barrier::new(THREADS));
         let hs: Vec<_> = (0..THREADS)
             .map(|t| {
                 thread::spawn(move || {
@@ -353,7 +353,7 @@ fn a_new_rank_first_touched_by_many_threads_at_once_inits_once<B: Backend>() {
                         let round_of = || {
                             let got = on_behalf_of(rank.id(), || match t % 6 {
                                 0 => Some(addr(rl.get_or(init))),
-                                1 => Some(rl.with_or(init, |v| addr(v))),
+                                1 => Some(rl.with_or(init, addr)),
                                 2 => {
                                     // an error inserts nothing; a value another racer inserted is
                                     // returned instead
@@ -370,7 +370,7 @@ fn a_new_rank_first_touched_by_many_threads_at_once_inits_once<B: Backend>() {
                                 }
                                 4 => {
                                     let a = rl.get_for(rank.id()).map(addr);
-                                    let b = rl.with_for(rank.id(), |v| addr(v));
+                                    let b = rl.with_for(rank.id(), addr);
                                     assert!(a.is_none() || b.is_none() || a == b);
                                     a.or(b)
                                 }
@@ -490,7 +490,7 @@ fn a_recycling_maps_new_ranks_adopt_each_ended_value_once<B: Backend>() {
     let rl: &'static RankLocal<AtomicUsize, B> = common::leak(RankLocal::recycling());
     // owner-only values of threads live at once (a thread started after another ended would
     // adopt its value), left for new ranks to adopt when the threads end
-    let live = &*common::leak(Barrier::new(ended));
+    let live = common::leak(Barrier::new(ended));
     let hs: Vec<_> = (0..ended)
         .map(|_| {
             thread::spawn(move || {
@@ -506,7 +506,7 @@ fn a_recycling_maps_new_ranks_adopt_each_ended_value_once<B: Backend>() {
     let inits = common::counter();
     let ranks: &'static [Rank] = Box::leak((0..ended + fresh).map(|_| Rank::new()).collect());
     let got: Vec<usize> = within_deadline(move || {
-        let barrier = &*common::leak(Barrier::new(ranks.len()));
+        let barrier = common::leak(Barrier::new(ranks.len()));
         let hs: Vec<_> = ranks
             .iter()
             .enumerate()
@@ -578,7 +578,7 @@ fn a_tombstoned_rank_first_touched_by_a_delegate_is_refilled_once<B: Backend>() 
         Counted::new(drops)
     };
     let (x, y) = within_deadline(move || {
-        let barrier = &*common::leak(Barrier::new(2));
+        let barrier = common::leak(Barrier::new(2));
         let a = thread::spawn(move || {
             barrier.wait();
             on_behalf_of(gone, || addr(rl.get_or(init)))
@@ -600,13 +600,16 @@ fn a_tombstoned_rank_first_touched_by_a_delegate_is_refilled_once<B: Backend>() 
     assert_eq!(rl.len(), 1);
 }
 
+/// A call that first-touches the current rank of a map.
+type Touch<B> = fn(&RankLocal<usize, B>);
+
 /// A new rank's `init` asking for the same rank (acting for it, on this thread) panics with the
 /// clear "reentrant" message on every path — `get_or`, `with_or` (a delegate's scoped first
 /// touch), `get_or_try`, and the owner-only family on a fresh thread's own rank — never a
 /// deadlock; the claim is ended, so the rank is first-touched afterwards.
 fn a_new_ranks_reentrant_init_panics_on_every_path<B: Backend>() {
     let rl: &'static RankLocal<usize, B> = common::leak(RankLocal::new());
-    let paths: [(&str, fn(&RankLocal<usize, B>)); 5] = [
+    let paths: [(&str, Touch<B>); 5] = [
         ("get_or in get_or", |rl| {
             rl.get_or(|| *rl.get_or(|| 1) + 1);
         }),

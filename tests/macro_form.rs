@@ -124,7 +124,7 @@ fn a_new_rank_first_touched_through_the_key_by_many_threads_inits_once() {
                                 let v = if t % 2 == 0 {
                                     addr(RACED.get())
                                 } else {
-                                    RACED.with(|v| addr(v))
+                                    RACED.with(addr)
                                 };
                                 assert_eq!(*RACED.get(), rank.id().as_u64());
                                 v
