@@ -3,7 +3,9 @@
 //! when the instance exists), `Baseline` never caches a delegated lookup (it measures the C++
 //! design) and `Epoch` caches a scoped one, `with_for` of the caller's own rank takes the owner's
 //! pin-free path, a first touch sweeps only when enough ranks exited and wakes waiters only when
-//! a thread waits, and a `rank_local!` key's owner `get` is served by its slot.
+//! a thread waits, a `rank_local!` key's owner `get` is served by its slot, a new rank's first
+//! touch makes no lookup before the writer lock (so a thread that only first-touches new ranks
+//! registers no epoch participant), and a rank the map holds is never served by a first touch.
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
