@@ -20,8 +20,8 @@ cargo +nightly miri test --target-dir target/miri --tests --no-run
 declare -A weight=(
     [lib:rest]=378 [reclaim]=359 [lib:trie]=218 [semantics]=186 [growth]=84 [reader]=80
     [own]=72 [sweeps]=66 [recycling]=62 [drops]=54 [own_ref]=21 [collector]=18 [kept]=17
-    [scoped]=16 [teardown]=15 [local_key]=15 [hangs]=14 [ranks]=14 [init]=13 [exited]=11
-    [attack_reader]=11 [api]=10 [stress]=8 [alloc]=5 [macro_form]=5 [macro_hygiene]=2
+    [scoped]=16 [teardown]=15 [local_key]=15 [hangs]=14 [ranks]=14 [init]=49 [exited]=11
+    [attack_reader]=11 [api]=10 [stress]=8 [alloc]=5 [macro_form]=10 [macro_hygiene]=2
     [model]=1 [invariants]=1
 )
 jobs=(lib:trie lib:rest)

@@ -11,8 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Barrier};
 use std::thread;
 
-use common::{addr, bytes_of, parked_rank, patiently, within_deadline, Blocked, Counted};
-use ranklocal::{on_behalf_of, Backend, Rank, RankLocal};
+use common::{
+    addr, bytes_of, exited_thread_rank, panic_message, parked_rank, patiently, within_deadline,
+    Blocked, Counted,
+};
+use ranklocal::{on_behalf_of, Backend, Rank, RankId, RankLocal};
 
 common::backend_tests! {
     s4_init_runs_once_per_rank_under_a_race,
@@ -25,6 +28,12 @@ common::backend_tests! {
     s5_panicking_and_failing_inits_wake_every_waiter,
     #[cfg_attr(any(miri, not(target_os = "linux")), ignore = "sees a waiting thread in Linux's /proc")]
     a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance,
+    a_new_rank_first_touched_by_many_threads_at_once_inits_once,
+    a_removed_rank_first_touched_again_inits_again,
+    a_recycling_maps_new_ranks_adopt_each_ended_value_once,
+    a_tombstoned_rank_first_touched_by_a_delegate_is_refilled_once,
+    a_new_ranks_reentrant_init_panics_on_every_path,
+    many_new_ranks_first_touched_by_several_threads,
 }
 
 /// Threads for the multi-threaded tests: oversubscribes a 2-core machine.
@@ -302,4 +311,387 @@ fn a_get_that_waits_for_a_scoped_first_touch_escapes_the_instance<B: Backend>() 
         got,
         addr(on_behalf_of(id, || rl.get_or(|| Counted::new(drops))))
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A new rank's first touch: a rank above every rank the map inserted goes to the writer lock with
+// no lookup before it (on the backends whose lookups pin), and the re-check under the lock serves
+// one another thread inserted meanwhile. These check the answers on every path into it.
+
+/// Rounds of [`a_new_rank_first_touched_by_many_threads_at_once_inits_once`], a new rank each.
+const NEW_RANK_ROUNDS: usize = if cfg!(miri) { 3 } else { 100 };
+
+/// A new rank (drawn after every rank the map holds: above them all) first-touched by many
+/// threads at once through every entry point — `get_or`, `with_or`, a `get_or_try` whose `init`
+/// errs, a `get_or` whose `init` panics — beside readers (`get_for`, `with_for`, `iter`, `len`),
+/// round after round: exactly one `init` succeeds per rank, every caller that got a value got
+/// that one instance, and `len` and `iter` agree afterwards. A lost re-check under the writer
+/// lock (the one check left once the lookup is skipped) runs a second `init`.
+fn a_new_rank_first_touched_by_many_threads_at_once_inits_once<B: Backend>() {
+    let rl: &'static RankLocal<(usize, Box<usize>), B> = common::leak(RankLocal::new());
+    let old = Rank::new();
+    on_behalf_of(old.id(), || rl.get_or(|| (usize::MAX, Box::new(0))));
+    // drawn in order: each round's rank is above every rank inserted before its round
+    let ranks: &'static [Rank] = Box::leak((0..NEW_RANK_ROUNDS).map(|_| Rank::new()).collect());
+    let inits: &'static [AtomicUsize] =
+        Box::leak((0..NEW_RANK_ROUNDS).map(|_| AtomicUsize::new(0)).collect());
+    let seen: Vec<Vec<Option<usize>>> = within_deadline(move || {
+        let barrier = common::leak(Barrier::new(THREADS));
+        let hs: Vec<_> = (0..THREADS)
+            .map(|t| {
+                thread::spawn(move || {
+                    let mut seen = Vec::with_capacity(NEW_RANK_ROUNDS);
+                    let mut failure = None;
+                    for (round, rank) in ranks.iter().enumerate() {
+                        let init = move || {
+                            inits[round].fetch_add(1, Ordering::SeqCst);
+                            (round, Box::new(round))
+                        };
+                        barrier.wait();
+                        // a failed round is recorded, not unwound: the other racers would wait
+                        // for this one at the barrier until the watchdog fires
+                        let round_of = || {
+                            let got = on_behalf_of(rank.id(), || match t % 6 {
+                                0 => Some(addr(rl.get_or(init))),
+                                1 => Some(rl.with_or(init, addr)),
+                                2 => {
+                                    // an error inserts nothing; a value another racer inserted is
+                                    // returned instead
+                                    match rl.get_or_try(|| Err::<(usize, Box<usize>), _>("no")) {
+                                        Ok(v) => Some(addr(v)),
+                                        Err(_) => Some(addr(rl.get_or(init))),
+                                    }
+                                }
+                                3 => {
+                                    let r = catch_unwind(AssertUnwindSafe(|| {
+                                        addr(rl.get_or(|| panic!("this init panics")))
+                                    }));
+                                    Some(r.unwrap_or_else(|_| addr(rl.get_or(init))))
+                                }
+                                4 => {
+                                    let a = rl.get_for(rank.id()).map(addr);
+                                    let b = rl.with_for(rank.id(), addr);
+                                    assert!(a.is_none() || b.is_none() || a == b);
+                                    a.or(b)
+                                }
+                                _ => {
+                                    let n = rl.len();
+                                    let mine: Vec<usize> = rl
+                                        .iter()
+                                        .filter(|(r, _)| *r == rank.id())
+                                        .map(|(_, v)| addr(v))
+                                        .collect();
+                                    assert!(mine.len() <= 1, "iter saw rank {round} twice");
+                                    assert!(n <= round + 2, "len {n} in round {round}");
+                                    mine.first().copied()
+                                }
+                            });
+                            if got.is_some() {
+                                // read through the instance's own heap allocation
+                                let v = on_behalf_of(rank.id(), || *rl.get_or(init).1);
+                                assert_eq!(v, round);
+                            }
+                            got
+                        };
+                        match catch_unwind(AssertUnwindSafe(round_of)) {
+                            Ok(got) => seen.push(got),
+                            Err(p) if failure.is_none() => {
+                                failure = Some(format!("round {round}: {}", panic_message(&*p)));
+                                seen.push(None);
+                            }
+                            Err(_) => seen.push(None),
+                        }
+                    }
+                    if let Some(failure) = failure {
+                        panic!("thread {t}: {failure}");
+                    }
+                    seen
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (round, rank) in ranks.iter().enumerate() {
+        assert_eq!(
+            inits[round].load(Ordering::SeqCst),
+            1,
+            "round {round}: init ran more or less than once for one new rank"
+        );
+        let instance = addr(rl.get_for(rank.id()).expect("published"));
+        for (t, s) in seen.iter().enumerate() {
+            if let Some(a) = s[round] {
+                assert_eq!(
+                    a, instance,
+                    "round {round}: thread {t} saw another instance"
+                );
+            }
+        }
+    }
+    assert_eq!(rl.len(), NEW_RANK_ROUNDS + 1);
+    let mut listed: Vec<(RankId, usize)> = rl.iter().map(|(r, v)| (r, v.0)).collect();
+    listed.sort();
+    let mut want: Vec<(RankId, usize)> =
+        ranks.iter().enumerate().map(|(i, r)| (r.id(), i)).collect();
+    want.push((old.id(), usize::MAX));
+    want.sort();
+    assert_eq!(listed, want, "iter disagrees with the first touches");
+}
+
+/// A rank whose instance was removed by `&mut` access (`clear`, `purge_exited`) is first-touched
+/// again — the largest rank id the map inserted is never lowered, so such a rank takes the
+/// lookup before the writer lock — by this thread (whose cache saw the old instance) and by a
+/// fresh one, through `get_or` and `with_or`: `init` runs again, once, and the new value is
+/// served, never the removed one.
+fn a_removed_rank_first_touched_again_inits_again<B: Backend>() {
+    let mut rl = RankLocal::<usize, B>::new();
+    let (a, b) = (Rank::new(), Rank::new());
+    assert_eq!(on_behalf_of(a.id(), || *rl.get_or(|| 1)), 1);
+    assert_eq!(on_behalf_of(b.id(), || rl.with_or(|| 2, |v| *v)), 2);
+    rl.clear();
+    let inits = AtomicUsize::new(0);
+    let init = |v: usize| {
+        inits.fetch_add(1, Ordering::SeqCst);
+        v
+    };
+    assert_eq!(on_behalf_of(a.id(), || *rl.get_or(|| init(10))), 10);
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert_eq!(on_behalf_of(b.id(), || rl.with_or(|| init(20), |v| *v)), 20);
+            assert_eq!(on_behalf_of(a.id(), || *rl.get_or(|| init(11))), 10);
+        });
+    });
+    assert_eq!(on_behalf_of(b.id(), || rl.with_or(|| init(21), |v| *v)), 20);
+    assert_eq!(inits.load(Ordering::SeqCst), 2);
+    assert_eq!(rl.len(), 2);
+    // an exited rank's instance purged, then first-touched again: by this thread and a fresh one
+    let gone = exited_thread_rank();
+    assert_eq!(on_behalf_of(gone, || *rl.get_or(|| 3)), 3);
+    let newest = Rank::new(); // above every rank inserted so far
+    assert_eq!(on_behalf_of(newest.id(), || *rl.get_or(|| 4)), 4);
+    assert_eq!(rl.purge_exited(), 1);
+    assert!(rl.get_for(gone).is_none());
+    thread::scope(|s| {
+        s.spawn(|| assert_eq!(on_behalf_of(gone, || rl.with_or(|| init(30), |v| *v)), 30));
+    });
+    assert_eq!(on_behalf_of(gone, || *rl.get_or(|| init(31))), 30);
+    assert_eq!(on_behalf_of(newest.id(), || *rl.get_or(|| init(40))), 4);
+    assert_eq!(inits.load(Ordering::SeqCst), 3);
+    assert_eq!(rl.len(), 4);
+}
+
+/// A recycling map's new ranks — each above every rank the map inserted when drawn, and
+/// adoption inserts the ended rank's value under the new rank — first-touched by several threads
+/// at once: each ended value is adopted by exactly one new rank, the other new ranks run `init`,
+/// no two ranks share an instance, and a fresh thread finds every rank's instance again without
+/// an `init`.
+fn a_recycling_maps_new_ranks_adopt_each_ended_value_once<B: Backend>() {
+    let ended = if cfg!(miri) { 2 } else { 8 };
+    let fresh = if cfg!(miri) { 2 } else { 8 };
+    let rl: &'static RankLocal<AtomicUsize, B> = common::leak(RankLocal::recycling());
+    // owner-only values of threads live at once (a thread started after another ended would
+    // adopt its value), left for new ranks to adopt when the threads end
+    let live = common::leak(Barrier::new(ended));
+    let hs: Vec<_> = (0..ended)
+        .map(|_| {
+            thread::spawn(move || {
+                rl.with_own_or(|| AtomicUsize::new(0), |_| ());
+                live.wait();
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(rl.len(), ended);
+    let inits = common::counter();
+    let ranks: &'static [Rank] = Box::leak((0..ended + fresh).map(|_| Rank::new()).collect());
+    let got: Vec<usize> = within_deadline(move || {
+        let barrier = common::leak(Barrier::new(ranks.len()));
+        let hs: Vec<_> = ranks
+            .iter()
+            .enumerate()
+            .map(|(i, rank)| {
+                thread::spawn(move || {
+                    barrier.wait();
+                    on_behalf_of(rank.id(), || {
+                        let init = || {
+                            inits.fetch_add(1, Ordering::SeqCst);
+                            AtomicUsize::new(0)
+                        };
+                        let mark = |v: &AtomicUsize| {
+                            assert_eq!(v.swap(i + 1, Ordering::SeqCst), 0, "a shared instance");
+                            addr(v)
+                        };
+                        if i % 2 == 0 {
+                            mark(rl.get_or(init))
+                        } else {
+                            rl.with_or(init, mark)
+                        }
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        inits.load(Ordering::SeqCst),
+        fresh,
+        "an ended value was adopted twice or never"
+    );
+    let mut distinct = got.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), got.len(), "two new ranks share an instance");
+    thread::spawn(move || {
+        for (i, rank) in ranks.iter().enumerate() {
+            let v = on_behalf_of(rank.id(), || {
+                rl.get_or(|| unreachable!("rank {i} has its instance"))
+            });
+            assert_eq!((addr(v), v.load(Ordering::SeqCst)), (got[i], i + 1));
+        }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(rl.len(), ended + fresh);
+}
+
+/// A rank whose owner-only value its thread's exit dropped (a tombstone is left in the map) is
+/// first-touched by delegates on two threads at once (`get_or` and `with_or`): one `init`, one
+/// instance, and the tombstone is never handed out.
+fn a_tombstoned_rank_first_touched_by_a_delegate_is_refilled_once<B: Backend>() {
+    let rl: &'static RankLocal<Counted<'static>, B> = common::leak(RankLocal::new());
+    let drops = common::counter();
+    let gone = thread::spawn(move || {
+        rl.with_own_or(|| Counted::new(drops), |_| ());
+        RankId::current()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        drops.load(Ordering::SeqCst),
+        1,
+        "the exit dropped the owner-only value"
+    );
+    let inits = common::counter();
+    let init = move || {
+        inits.fetch_add(1, Ordering::SeqCst);
+        Counted::new(drops)
+    };
+    let (x, y) = within_deadline(move || {
+        let barrier = common::leak(Barrier::new(2));
+        let a = thread::spawn(move || {
+            barrier.wait();
+            on_behalf_of(gone, || addr(rl.get_or(init)))
+        });
+        let b = thread::spawn(move || {
+            barrier.wait();
+            on_behalf_of(gone, || {
+                rl.with_or(init, |v| {
+                    assert_eq!(v.value(), 0); // read through its heap allocation
+                    addr(v)
+                })
+            })
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(x, y, "two instances for one rank");
+    assert_eq!(inits.load(Ordering::SeqCst), 1);
+    assert_eq!(drops.load(Ordering::SeqCst), 1);
+    assert_eq!(rl.len(), 1);
+}
+
+/// A call that first-touches the current rank of a map.
+type Touch<B> = fn(&RankLocal<usize, B>);
+
+/// A new rank's `init` asking for the same rank (acting for it, on this thread) panics with the
+/// clear "reentrant" message on every path — `get_or`, `with_or` (a delegate's scoped first
+/// touch), `get_or_try`, and the owner-only family on a fresh thread's own rank — never a
+/// deadlock; the claim is ended, so the rank is first-touched afterwards.
+fn a_new_ranks_reentrant_init_panics_on_every_path<B: Backend>() {
+    let rl: &'static RankLocal<usize, B> = common::leak(RankLocal::new());
+    let paths: [(&str, Touch<B>); 5] = [
+        ("get_or in get_or", |rl| {
+            rl.get_or(|| *rl.get_or(|| 1) + 1);
+        }),
+        ("with_or in with_or", |rl| {
+            rl.with_or(|| rl.with_or(|| 1, |v| *v) + 1, |_| ());
+        }),
+        ("get_or in with_or", |rl| {
+            rl.with_or(|| *rl.get_or(|| 1) + 1, |_| ());
+        }),
+        ("with_or in get_or_try", |rl| {
+            let _ = rl.get_or_try(|| Ok::<_, ()>(rl.with_or(|| 1, |v| *v) + 1));
+        }),
+        ("get_own_or in get_or (own rank)", |rl| {
+            rl.get_or(|| *rl.get_own_or(|| 1) + 1);
+        }),
+    ];
+    for (name, path) in paths {
+        let rank = Rank::new();
+        let id = rank.id();
+        let own = name.ends_with("(own rank)");
+        let msg = within_deadline(move || {
+            let run = move || {
+                let err = catch_unwind(AssertUnwindSafe(|| path(rl)))
+                    .expect_err("a reentrant init did not panic");
+                // the claim ended: the rank is first-touched now
+                assert_eq!(*rl.get_or(|| 9), 9);
+                panic_message(&*err)
+            };
+            if own {
+                thread::spawn(run).join().unwrap() // a fresh thread: its own rank is new
+            } else {
+                on_behalf_of(id, run)
+            }
+        });
+        assert!(
+            msg.contains("reentrant"),
+            "{name}: unclear panic message: {msg:?}"
+        );
+        drop(rank);
+    }
+}
+
+/// 10,000 new ranks first-touched by four threads, each drawing its ranks as it goes (so a rank
+/// is sometimes above every inserted rank, sometimes below one another thread just inserted),
+/// through `get_or` and `with_or`: no stall (a watchdog), every rank once with its own value.
+fn many_new_ranks_first_touched_by_several_threads<B: Backend>() {
+    const PER_THREAD: usize = if cfg!(miri) { 4 } else { 2_500 };
+    let rl: &'static RankLocal<u64, B> = common::leak(RankLocal::new());
+    let ranks: Vec<Rank> = within_deadline(move || {
+        let hs: Vec<_> = (0..4)
+            .map(|t| {
+                thread::spawn(move || {
+                    (0..PER_THREAD)
+                        .map(|i| {
+                            let rank = Rank::new();
+                            let id = rank.id().as_u64();
+                            let v = on_behalf_of(rank.id(), || {
+                                if (i + t) % 2 == 0 {
+                                    *rl.get_or(|| id)
+                                } else {
+                                    rl.with_or(|| id, |v| *v)
+                                }
+                            });
+                            assert_eq!(v, id);
+                            rank
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(rl.len(), 4 * PER_THREAD);
+    let mut listed: Vec<u64> = rl
+        .iter()
+        .map(|(r, v)| {
+            assert_eq!(r.as_u64(), *v);
+            *v
+        })
+        .collect();
+    listed.sort_unstable();
+    let mut want: Vec<u64> = ranks.iter().map(|r| r.id().as_u64()).collect();
+    want.sort_unstable();
+    assert_eq!(listed, want);
 }

@@ -6,11 +6,11 @@ mod common;
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Barrier};
 use std::thread;
 
 use common::addr;
-use ranklocal::{on_behalf_of, rank_local, RankId};
+use ranklocal::{on_behalf_of, rank_local, Rank, RankId};
 
 static INITS: AtomicUsize = AtomicUsize::new(0);
 
@@ -19,7 +19,11 @@ rank_local! {
     static COUNTER: AtomicUsize = { INITS.fetch_add(1, Ordering::SeqCst); AtomicUsize::new(0) };
     pub(crate) static NAME: String = format!("{}", RankId::current());
     static REENTRANT: u32 = *REENTRANT.get() + 1;
+    /// Its rank's id, with its inits counted apart from the other statics'.
+    static RACED: u64 = { RACED_INITS.fetch_add(1, Ordering::SeqCst); RankId::current().as_u64() };
 }
+
+static RACED_INITS: AtomicUsize = AtomicUsize::new(0);
 
 #[test]
 fn each_thread_gets_its_own_static_instance_and_delegates_reach_it() {
@@ -93,6 +97,75 @@ fn reentrant_static_init_panics_clearly() {
     let msg = common::within_deadline(|| {
         let err = catch_unwind(AssertUnwindSafe(|| *REENTRANT.get())).unwrap_err();
         err.downcast_ref::<String>().cloned().unwrap_or_default()
+    });
+    assert!(msg.contains("reentrant"), "{msg:?}");
+}
+
+/// A new rank (above every rank the static's map holds) first-touched through the key by several
+/// threads at once, with `get` and `with`, round after round: one `init` per rank, one instance.
+/// A delegated new rank's reentrant `init` panics clearly, as the thread's own.
+#[test]
+fn a_new_rank_first_touched_through_the_key_by_many_threads_inits_once() {
+    const ROUNDS: usize = if cfg!(miri) { 2 } else { 200 };
+    const THREADS: usize = if cfg!(miri) { 3 } else { 8 };
+    let ranks: &'static [Rank] = Box::leak((0..ROUNDS).map(|_| Rank::new()).collect());
+    let seen: Vec<Vec<usize>> = common::within_deadline(move || {
+        let barrier: &'static Barrier = Box::leak(Box::new(Barrier::new(THREADS)));
+        let hs: Vec<_> = (0..THREADS)
+            .map(|t| {
+                thread::spawn(move || {
+                    let (mut seen, mut failure) = (Vec::new(), None);
+                    for rank in ranks {
+                        barrier.wait();
+                        // a failed round is recorded, not unwound: the other racers would wait
+                        // for this one at the barrier until the watchdog fires
+                        let got = catch_unwind(AssertUnwindSafe(|| {
+                            on_behalf_of(rank.id(), || {
+                                let v = if t % 2 == 0 {
+                                    addr(RACED.get())
+                                } else {
+                                    RACED.with(addr)
+                                };
+                                assert_eq!(*RACED.get(), rank.id().as_u64());
+                                v
+                            })
+                        }));
+                        match got {
+                            Ok(v) => seen.push(v),
+                            Err(p) => {
+                                failure.get_or_insert_with(|| common::panic_message(&*p));
+                                seen.push(0);
+                            }
+                        }
+                    }
+                    if let Some(failure) = failure {
+                        panic!("thread {t}: {failure}");
+                    }
+                    seen
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        RACED_INITS.load(Ordering::SeqCst),
+        ROUNDS,
+        "init ran more than once per rank"
+    );
+    for (round, rank) in ranks.iter().enumerate() {
+        let instance = addr(RACED.get_for(rank.id()).expect("published"));
+        assert!(
+            seen.iter().all(|s| s[round] == instance),
+            "round {round}: two instances for one rank"
+        );
+    }
+    let job = Rank::new();
+    let msg = common::within_deadline(move || {
+        let err = catch_unwind(AssertUnwindSafe(|| {
+            on_behalf_of(job.id(), || *REENTRANT.get())
+        }))
+        .unwrap_err();
+        common::panic_message(&*err)
     });
     assert!(msg.contains("reentrant"), "{msg:?}");
 }

@@ -3,7 +3,9 @@
 //! when the instance exists), `Baseline` never caches a delegated lookup (it measures the C++
 //! design) and `Epoch` caches a scoped one, `with_for` of the caller's own rank takes the owner's
 //! pin-free path, a first touch sweeps only when enough ranks exited and wakes waiters only when
-//! a thread waits, and a `rank_local!` key's owner `get` is served by its slot.
+//! a thread waits, a `rank_local!` key's owner `get` is served by its slot, a new rank's first
+//! touch makes no lookup before the writer lock (so a thread that only first-touches new ranks
+//! registers no epoch participant), and a rank the map holds is never served by a first touch.
 
 use crate::backend::{Backend, Baseline, Epoch};
 use crate::counters::{
@@ -277,6 +279,118 @@ fn a_new_ranks_first_touch_skips_the_lookup_on_epoch_and_not_on_baseline() {
         (1, 1, 1),
         "Baseline: (new rank's get_or, older rank's get_or, new rank's with) lookups"
     );
+}
+
+/// A cache-missing `get_or`/`with_or` of a rank the map holds, by a delegate on a fresh thread,
+/// never goes through a first touch (the writer lock), however the rank got there: the largest
+/// rank id the map inserted is kept when an older rank is inserted after a newer one, and is
+/// raised by a recycling map's adoption (which inserts an ended rank's value under a new rank).
+/// Checked by planting bugs: `above_every_rank` always `true`, `inserting` storing every rank
+/// (lowering the largest) and `adopt_recycled` not calling `inserting` each make a first touch
+/// here, and nothing else fails for them (the first touch's re-check serves the instance).
+fn an_existing_ranks_touch_takes_no_first_touch<B: Backend>() {
+    let rl = RankLocal::<u64, B>::new();
+    let (older, newer) = (Rank::new(), Rank::new());
+    on_behalf_of(newer.id(), || rl.get_or(|| 2));
+    on_behalf_of(older.id(), || rl.with_or(|| 1, |_| ())); // inserted last, below the largest
+    let recycling = RankLocal::<u64, B>::recycling();
+    // an owner-only value its thread leaves at its end, adopted by a newer rank's first touch
+    on_fresh_thread(|| recycling.with_own_or(|| 7, |_| ()));
+    let adopter = Rank::new();
+    on_behalf_of(adopter.id(), || {
+        assert_eq!(
+            *recycling.get_or(|| unreachable!("adopts the ended value")),
+            7
+        );
+    });
+    let touched = [
+        (&rl, &older, 1),
+        (&rl, &newer, 2),
+        (&recycling, &adopter, 7),
+    ];
+    // each call on a thread whose cache has never seen the rank: one thread per entry point
+    let get = on_fresh_thread(|| {
+        touched.map(|(map, rank, v)| {
+            events(&INSERTS, || {
+                on_behalf_of(rank.id(), || assert_eq!(*map.get_or(|| unreachable!()), v));
+            })
+        })
+    });
+    let with = on_fresh_thread(|| {
+        touched.map(|(map, rank, v)| {
+            events(&INSERTS, || {
+                on_behalf_of(rank.id(), || {
+                    map.with_or(|| unreachable!(), |x| assert_eq!(*x, v));
+                });
+            })
+        })
+    });
+    assert_eq!(
+        (get, with),
+        ([0; 3], [0; 3]),
+        "{}: (get_or, with_or) of an older rank, a newer one, an adopter went through a first \
+         touch",
+        B::NAME
+    );
+}
+
+#[test]
+fn an_existing_ranks_touch_takes_no_first_touch_epoch() {
+    an_existing_ranks_touch_takes_no_first_touch::<Epoch>();
+}
+
+#[test]
+fn an_existing_ranks_touch_takes_no_first_touch_baseline() {
+    an_existing_ranks_touch_takes_no_first_touch::<Baseline>();
+}
+
+#[cfg(feature = "arc-swap")]
+#[test]
+fn an_existing_ranks_touch_takes_no_first_touch_arc_swap() {
+    an_existing_ranks_touch_takes_no_first_touch::<crate::ArcSwap>();
+}
+
+/// A thread that only first-touches new ranks with `get_or` (more than the lookups a thread
+/// makes without a participant before it pins) makes no map lookup and never registers with the
+/// crate's epoch collector; what it does next on the same thread — a `Reader`, `with_for`,
+/// `iter` — reads every value (registering then, as any pinned reader). With the hint off
+/// (`above_every_rank` always `false`) the lookups before the writer lock register it.
+fn first_touches_of_new_ranks_register_no_participant<B: Backend>() {
+    // more than `collector::UNPINNED_LOOKUPS` natively; under Miri the lookup count alone
+    const N: usize = if cfg!(miri) { 4 } else { 80 };
+    let rl = RankLocal::<u64, B>::new();
+    let ranks: Vec<Rank> = (0..N).map(|_| Rank::new()).collect();
+    on_fresh_thread(|| {
+        let lookups = events(&MAP_LOOKUPS, || {
+            for r in &ranks {
+                let id = r.id().as_u64();
+                on_behalf_of(r.id(), || assert_eq!(*rl.get_or(|| id), id));
+            }
+        });
+        assert_eq!(lookups, 0, "a new rank's first touch looked the map up");
+        assert!(
+            !crate::collector::registered(),
+            "first touches of new ranks registered an epoch participant"
+        );
+        let reader = rl.pin();
+        for r in &ranks {
+            assert_eq!(reader.get_for(r.id()), Some(&r.id().as_u64()));
+            assert_eq!(rl.with_for(r.id(), |v| *v), Some(r.id().as_u64()));
+        }
+        drop(reader);
+        assert_eq!(rl.iter().count(), N);
+    });
+}
+
+#[test]
+fn first_touches_of_new_ranks_register_no_participant_epoch() {
+    first_touches_of_new_ranks_register_no_participant::<Epoch>();
+}
+
+#[cfg(feature = "arc-swap")]
+#[test]
+fn first_touches_of_new_ranks_register_no_participant_arc_swap() {
+    first_touches_of_new_ranks_register_no_participant::<crate::ArcSwap>();
 }
 
 /// A first touch sweeps only once the exits delivered reach max(16, len/2) (amortized O(1) per
