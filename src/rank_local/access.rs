@@ -269,10 +269,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
                 .flatten()
             {
                 Some(found) => found,
-                // A rank above every one the map holds (a new rank's first touch): no pinned
-                // lookup; the first touch's re-check under the writer lock serves one inserted
-                // meanwhile. `Baseline` keeps the C++ design's read-locked lookup.
-                None if B::LOOKUP_PINS && self.core.above_every_rank(rank) => None,
+                None if self.skips_lookup_before_lock(rank) => None, // a new rank's first touch
                 None => self.lookup_slow::<AnyRank>(rank),
             };
             if let Some(v) = found {
@@ -372,6 +369,15 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
         let found = w.get(rank).and_then(R::escaped);
         drop(w); // the cache is filled outside the lock
         Some(found.map(Escaped::cached))
+    }
+
+    /// Whether a first touch of `rank` that missed the thread cache skips the lookup before the
+    /// writer lock: `rank` is a new rank's, above every rank the map inserted (whose re-check
+    /// under the lock serves one inserted meanwhile), on a backend whose lookups pin. `Baseline`
+    /// keeps the C++ design's read-locked lookup.
+    #[inline]
+    pub(super) fn skips_lookup_before_lock(&self, rank: u64) -> bool {
+        B::LOOKUP_PINS && self.core.above_every_rank(rank)
     }
 
     /// Whether lookups of `rank` go through the thread cache on this backend.

@@ -111,9 +111,7 @@ impl<T: Send, B: Backend> RankLocal<T, B> {
             };
             return self.lend_owner(&owner, i, f);
         }
-        // A rank above every one the map holds (a new rank's first touch): no lookup, as in
-        // `get` (`get_or_try_slow`).
-        let f = if B::LOOKUP_PINS && self.core.above_every_rank(rank) {
+        let f = if self.skips_lookup_before_lock(rank) {
             f
         } else {
             match self.with_pinned(rank, f) {
