@@ -288,6 +288,23 @@ impl Drop for Where {
     }
 }
 
+/// Sixteen exited ranks' scoped values of `map`, swept by a first touch into one batch that is past
+/// its grace period. Returns the rank of that first touch (its value stays in the map).
+fn sixteen_swept_into_a_ready_batch<T: Send + Sync, B: Backend>(
+    map: &RankLocal<T, B>,
+    new: impl Fn() -> T,
+) -> Rank {
+    let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
+    for k in &ranks {
+        on_behalf_of(k.id(), || map.with_or(&new, |_| ()));
+    }
+    drop(ranks);
+    let first = Rank::new();
+    on_behalf_of(first.id(), || map.with_or(&new, |_| ())); // sweeps the 16: one batch
+    past_the_grace_period::<B>();
+    first
+}
+
 /// Sixteen exited ranks' values of a map, one batch past its grace period; then, inside a read of
 /// another map, a nested first touch of the map (whose sweep moves the batch to the limbo, for
 /// the read's end) and `meanwhile(map, where they were dropped so far)`, whose result it returns
@@ -302,14 +319,7 @@ fn left_for_a_reads_end<B: Backend, R>(
     let keeper = Rank::new(); // another rank: reading its value pins
     let r = keeper.id();
     on_behalf_of(r, || other.with(|_| ()));
-    let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
-    for k in &ranks {
-        on_behalf_of(k.id(), || map.with_or(new, |_| ()));
-    }
-    drop(ranks);
-    let first = Rank::new();
-    on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
-    past_the_grace_period::<B>();
+    let _first = sixteen_swept_into_a_ready_batch(&map, new);
     let k = Rank::new();
     let got = other
         .with_for(r, |_| {
@@ -505,14 +515,7 @@ fn a_readers_drop_drops_no_value_of_a_map_dropped_meanwhile<B: Backend>() {
         let other = RankLocal::<u8, B>::new();
         let keeper = Rank::new();
         on_behalf_of(keeper.id(), || other.with(|_| ()));
-        let ranks: Vec<Rank> = (0..16).map(|_| Rank::new()).collect();
-        for k in &ranks {
-            on_behalf_of(k.id(), || map.with_or(new, |_| ()));
-        }
-        drop(ranks);
-        let first = Rank::new();
-        on_behalf_of(first.id(), || map.with_or(new, |_| ())); // sweeps the 16: one batch
-        past_the_grace_period::<B>();
+        let first = sixteen_swept_into_a_ready_batch(&map, new);
         // the last `Arc` of the map, dropped on another thread once the reader's drop has begun
         // dropping values or has returned
         let dropper = {
