@@ -1385,17 +1385,27 @@ const CONFIRM_PAIRS: usize = 16;
 
 /// ns per `get` when one thread uses `group` (indices into `rls`) in turn, `n` gets each; the
 /// best of `rounds` measurements is kept by the caller.
+///
+/// The timed loop sums the values in a register and hands only the sum to `black_box`: a
+/// `black_box` per get stores to the stack on every get, and a pair then measured 2–14x the
+/// median pair in nine runs of fourteen, a different pair each run, with every get a hit
+/// (papers/results.md): most likely a value whose address shares its low 12 bits with that
+/// stack slot, whose load waits behind the store (4K aliasing), which depends on where the heap
+/// put the values.
+/// The gets are not hoisted out of the loop: each reads the thread cache with a volatile load.
 fn in_turn_ns(rls: &[ranklocal::RankLocal<u64>], group: &[usize], n: u64) -> f64 {
     use std::hint::black_box;
     for &k in group {
         black_box(rls[k].get()); // warm: fills the thread cache
     }
     let start = std::time::Instant::now();
+    let mut sum = 0u64;
     for _ in 0..n {
         for &k in group {
-            black_box(*black_box(&rls[k]).get());
+            sum = sum.wrapping_add(*rls[k].get());
         }
     }
+    black_box(sum);
     start.elapsed().as_nanos() as f64 / (n * group.len() as u64) as f64
 }
 
