@@ -1386,13 +1386,13 @@ const CONFIRM_PAIRS: usize = 16;
 /// ns per `get` when one thread uses `group` (indices into `rls`) in turn, `n` gets each; the
 /// best of `rounds` measurements is kept by the caller.
 ///
-/// The timed loop sums the values in a register and hands only the sum to `black_box`: a
-/// `black_box` per get stores to the stack on every get, and a pair then measured 2–14x the
-/// median pair in nine runs of fourteen, a different pair each run, with every get a hit
-/// (papers/results.md): most likely a value whose address shares its low 12 bits with that
-/// stack slot, whose load waits behind the store (4K aliasing), which depends on where the heap
-/// put the values.
-/// The gets are not hoisted out of the loop: each reads the thread cache with a volatile load.
+/// The timed loop sums the values in a register and hands only the sum to `black_box`. A
+/// `black_box` per get stores to the stack on every get; with it, one pair measured 2–14x the
+/// median pair in nine runs of fourteen, a different pair each run, every get a hit. The likely
+/// cause is 4K aliasing: a value whose address shares its low 12 bits with that stack slot
+/// waits behind the store, and which value does depends on where the heap put it
+/// (papers/results.md). The gets stay in the loop: each reads the thread cache with a volatile
+/// load.
 fn in_turn_ns(rls: &[ranklocal::RankLocal<u64>], group: &[usize], n: u64) -> f64 {
     use std::hint::black_box;
     for &k in group {
